@@ -1,0 +1,222 @@
+"""Multi-turn chat on one Runtime: both KV caches persist across turns, slash
+commands change settings, Ctrl-C stops a reply but keeps the session."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from specli import metrics, profiles
+from specli.dashboard import Dashboard, colored_text, stats_table, summary_line
+from specli.engine import generate
+from specli.errors import SpecliError
+from specli.profiles import Settings
+from specli.runtime import Runtime
+
+# settings that need the models reloaded cannot change inside a session
+FIXED_KEYS = {"target", "draft", "ctx", "n_batch", "threads", "n_gpu_layers", "draft_n_gpu_layers",
+              "main_gpu", "tensor_split", "flash_attn", "kv_type"}
+
+HELP = """\
+/stats              figures of the last turn and of the whole session
+/reset              forget the conversation (and clear both KV caches)
+/system TEXT        set the system prompt (empty TEXT removes it)
+/save FILE          save the transcript (.json, or Markdown for any other suffix)
+/set KEY VALUE      change a sampling or draft setting, e.g. /set temperature 0.7
+/help               this list
+/exit               leave (Ctrl-D works too)"""
+
+
+@dataclass
+class Turn:
+    user: str
+    assistant: str
+    counters: metrics.Counters
+    finish_reason: str | None
+
+
+@dataclass
+class ChatSession:
+    rt: Runtime
+    console: Console
+    profile: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    live: bool = False
+    color_draft: bool = True
+    turns: list[Turn] = field(default_factory=list)
+    session: metrics.Counters = field(default_factory=metrics.Counters)
+    system: str | None = None
+    n_dropped: int = 0  # oldest turns left out of the prompt to fit the context
+
+    def __post_init__(self) -> None:
+        self.settings: Settings = self.rt.settings
+        self.system = self.settings.system
+
+    # -- the loop ------------------------------------------------------------------
+    def run(self, read: Callable[[str], str]) -> None:
+        self.console.print(f"specli chat: {self.rt.target.name}"
+                           + (f" + draft {self.rt.draft.name}" if self.rt.draft else "")
+                           + "  (/help for commands, Ctrl-D to leave)", style="dim")
+        while True:
+            try:
+                line = read("> ")
+            except (EOFError, KeyboardInterrupt):
+                self.console.print()
+                return
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not self.command(line):
+                    return
+                continue
+            self.reply(line)
+
+    def command(self, line: str) -> bool:
+        """Run a slash command; False means leave."""
+        name, _, arg = line[1:].partition(" ")
+        arg = arg.strip()
+        if name in ("exit", "quit", "q"):
+            return False
+        if name == "help":
+            self.console.print(HELP)
+        elif name == "stats":
+            self.show_stats()
+        elif name == "reset":
+            self.turns.clear()
+            self.n_dropped = 0
+            self.rt.target.reset()
+            if self.rt.draft is not None:
+                self.rt.draft.reset()
+            self.console.print("conversation and caches cleared")
+        elif name == "system":
+            self.system = arg or None
+            self.console.print(f"system prompt {'set' if arg else 'removed'}")
+        elif name == "save":
+            if not arg:
+                self.console.print("usage: /save FILE")
+            else:
+                self.save(Path(arg).expanduser())
+        elif name == "set":
+            self.set(arg)
+        else:
+            self.console.print(f"unknown command /{name} (try /help)")
+        return True
+
+    def set(self, arg: str) -> None:
+        key, _, value = arg.partition(" ")
+        key = key.replace("-", "_")
+        if not key or not value:
+            self.console.print("usage: /set KEY VALUE")
+            return
+        if key in FIXED_KEYS:
+            self.console.print(f"{key} needs the models reloaded: restart with --{key.replace('_', '-')}")
+            return
+        try:
+            new = profiles.resolve_settings(self.profile, {**self.overrides, key: value})
+        except SpecliError as e:
+            self.console.print(f"[red]{e.one_line()}[/]")
+            return
+        self.overrides[key] = value
+        self.settings = new
+        self.console.print(f"{key} = {getattr(new, key)}")
+
+    # -- replies ---------------------------------------------------------------------
+    def messages(self, user: str) -> list[dict[str, str]]:
+        history: list[dict[str, str]] = []
+        for t in self.turns[self.n_dropped :]:
+            history += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.assistant}]
+        return self.rt.messages(history, user, self.system)
+
+    def prompt_tokens(self, user: str) -> list[int]:
+        """Chat tokens for the next reply, dropping the oldest turns until the prompt
+        leaves room for the reply (at least a quarter of the context)."""
+        room = min(self.settings.max_tokens, self.rt.target.n_ctx // 4)
+        while True:
+            tokens = self.rt.target.chat_tokens(self.messages(user))
+            if len(tokens) + room <= self.rt.target.n_ctx or self.n_dropped >= len(self.turns):
+                return tokens
+            self.n_dropped += 1
+            self.console.print(f"[yellow]context full: leaving out the oldest turn ({self.n_dropped} so far)[/]")
+
+    def reply(self, user: str) -> Turn:
+        s = self.settings
+        tokens = self.prompt_tokens(user)
+        events = generate(self.rt.target, tokens, self.rt.generation_config(s), self.rt.drafter(s))
+        parts: list[str] = []
+        counters = metrics.Counters()
+        finish: str | None = None
+        dash = Dashboard(self.console, self.color_draft, title="reply") if self.live else None
+        try:
+            if dash is not None:
+                with dash:
+                    for ev in events:
+                        parts.append(ev.text)
+                        counters, finish = ev.counters, ev.finish_reason
+                        dash.update(ev)
+            else:
+                for ev in events:
+                    parts.append(ev.text)
+                    counters, finish = ev.counters, ev.finish_reason
+                    self.console.print(colored_text(ev.segments, self.color_draft), end="")
+                self.console.print()
+        except KeyboardInterrupt:
+            finish = "interrupted"
+            self.console.print("\n[yellow]reply stopped; the session goes on[/]")
+        except SpecliError as e:
+            finish = "error"
+            self.console.print(f"\n[red]{e.one_line()}[/]")
+        turn = Turn(user, "".join(parts), counters, finish)
+        self.turns.append(turn)
+        self.session = metrics.merge(self.session, counters)
+        if dash is None:
+            self.console.print(summary_line(counters, finish), style="dim")
+        return turn
+
+    # -- output --------------------------------------------------------------------
+    def show_stats(self) -> None:
+        if self.turns:
+            self.console.print("[bold]last turn[/]")
+            self.console.print(stats_table(self.turns[-1].counters))
+        self.console.print(f"[bold]session[/] ({len(self.turns)} turns)")
+        self.console.print(stats_table(self.session))
+
+    def transcript(self) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "target": str(self.rt.target.path),
+            "draft": str(self.rt.draft.path) if self.rt.draft else None,
+            "turns": [
+                {"user": t.user, "assistant": t.assistant, "finish_reason": t.finish_reason,
+                 "metrics": metrics.summary(t.counters)}
+                for t in self.turns
+            ],
+        }
+
+    def save(self, path: Path) -> None:
+        data = self.transcript()
+        if path.suffix.lower() == ".json":
+            text = json.dumps(data, indent=2, ensure_ascii=False)
+        else:
+            lines = [f"# specli chat\n\ntarget: `{data['target']}`\n"]
+            if self.system:
+                lines.append(f"**system:** {self.system}\n")
+            for t in self.turns:
+                lines.append(f"## user\n\n{t.user}\n\n## assistant\n\n{t.assistant}\n")
+            text = "\n".join(lines)
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            self.console.print(f"[red]could not save {path}: {e.strerror}[/]")
+            return
+        self.console.print(f"saved {len(self.turns)} turns to {path}")
+
+
+def stats_summary(session: ChatSession) -> Table:
+    return stats_table(session.session)

@@ -1,0 +1,365 @@
+"""The `specli` command: a thin Typer layer that wires the modules together."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+
+from specli import metrics, profiles, registry
+from specli.errors import EXIT_INTERRUPTED, SpecliError, UsageError
+from specli.profiles import Settings
+
+app = typer.Typer(
+    help="Fast, lossless speculative decoding for local GGUF models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Named models: list, pull, inspect.", no_args_is_help=True)
+profiles_app = typer.Typer(help="Settings profiles (YAML).", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+app.add_typer(profiles_app, name="profiles")
+
+T = TypeVar("T")
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run a command body: SpecliError -> one line + its exit code; Ctrl-C -> 130."""
+    try:
+        return fn()
+    except SpecliError as e:
+        if os.environ.get("SPECLI_DEBUG"):
+            raise
+        err_console().print(f"[bold red]error:[/] {e.one_line()}", markup=True, soft_wrap=True)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        err_console().print("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BrokenPipeError:
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(0) from None
+
+
+# ------------------------------------------------------------------------ models
+
+
+@contextlib.contextmanager
+def pull_progress() -> Iterator[Callable[[str, int, int], None]]:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err_console(),
+        transient=False,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total or None)
+            bar.update(tasks[stage], completed=done, total=total or None)
+
+        yield update
+
+
+@models_app.command("list")
+def models_list(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the registry's models and whether each is downloaded."""
+
+    def body() -> None:
+        rows = [registry.describe(s) for s in registry.load_registry().values()]
+        if as_json:
+            print(json.dumps(rows, indent=2))
+            return
+        t = Table("name", "role", "size", "present", "path")
+        for r in rows:
+            t.add_row(r["name"], r["role"], f"{r['size'] / 1e6:,.0f} MB", "yes" if r["present"] else "no", r["path"])
+        Console().print(t)
+
+    guarded(body)
+
+
+@models_app.command("pull")
+def models_pull(
+    names: Annotated[list[str], typer.Argument(help="Model names (see `specli models list`).")],
+    force: Annotated[bool, typer.Option(help="Download again even if present.")] = False,
+) -> None:
+    """Download (or derive) models, verifying size and sha256."""
+
+    def body() -> None:
+        from specli.backend import quantize_model
+
+        for name in names:
+            with pull_progress() as update:
+                path = registry.pull(name, progress=update, quantize=quantize_model, force=force)
+            err_console().print(f"{name}: {path}")
+
+    guarded(body)
+
+
+@models_app.command("path")
+def models_path(name: str) -> None:
+    """Print the local file of a pulled model."""
+    guarded(lambda: print(registry.resolve(name)))
+
+
+@models_app.command("info")
+def models_info(
+    name: str, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+) -> None:
+    """Registry entry of a model and, if present, what the GGUF itself says."""
+
+    def body() -> None:
+        reg = registry.load_registry()
+        info: dict[str, Any] = {}
+        path: Path
+        if name in reg:
+            info = registry.describe(reg[name])
+            path = registry.model_path(reg[name])
+        else:
+            path = registry.resolve(name)
+            info = {"name": path.name, "path": str(path), "size": path.stat().st_size, "present": True}
+        if info.get("present"):
+            from specli.backend import read_model_info
+
+            info["gguf"] = read_model_info(path)
+        if as_json:
+            print(json.dumps(info, indent=2))
+        else:
+            t = Table(show_header=False)
+            for k, v in info.items():
+                if isinstance(v, dict):
+                    for k2, v2 in v.items():
+                        t.add_row(f"{k}.{k2}", str(v2))
+                else:
+                    t.add_row(k, str(v))
+            Console().print(t)
+
+    guarded(body)
+
+
+# ---------------------------------------------------------------------- profiles
+
+
+@profiles_app.command("list")
+def profiles_list() -> None:
+    """Shipped and user profiles."""
+
+    def body() -> None:
+        t = Table("name", "origin", "description", "path")
+        for p in profiles.list_profiles():
+            t.add_row(p.name, p.origin, p.error or p.description, str(p.path))
+        Console().print(t)
+
+    guarded(body)
+
+
+@profiles_app.command("show")
+def profiles_show(name: str) -> None:
+    """Every setting a profile resolves to (defaults filled in)."""
+    guarded(lambda: print(json.dumps(profiles.settings_to_dict(profiles.resolve_settings(name)), indent=2)))
+
+
+@profiles_app.command("validate")
+def profiles_validate(file: Path) -> None:
+    """Check a profile file; exit non-zero with the problem if it is invalid."""
+
+    def body() -> None:
+        profiles.validate_file(file)
+        print(f"{file}: ok")
+
+    guarded(body)
+
+
+# ---------------------------------------------------------------------- generate
+
+ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Profile name or YAML path.")]
+TargetOpt = Annotated[str | None, typer.Option(help="Target model: registry name or .gguf path.")]
+DraftOpt = Annotated[str | None, typer.Option(help="Draft model: name, path, or 'none'.")]
+DrafterOpt = Annotated[str | None, typer.Option(help="draft | ngram | hybrid | auto | none.")]
+
+
+def settings_from(profile: str | None, overrides: dict[str, Any]) -> Settings:
+    return profiles.resolve_settings(profile, {k: v for k, v in overrides.items() if v is not None})
+
+
+def read_prompt(prompt: str | None) -> str:
+    if prompt is None or prompt == "-":
+        if sys.stdin.isatty() and prompt is None:
+            raise UsageError("no prompt given", 'pass it as an argument, or pipe it in with "-"')
+        data = sys.stdin.buffer.read()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"stdin is not valid UTF-8 (byte {e.start})", "convert the input to UTF-8") from None
+    return prompt
+
+
+@app.command()
+def generate(
+    prompt: Annotated[str | None, typer.Argument(help="Prompt text, or - to read stdin.")] = None,
+    profile: ProfileOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    drafter: DrafterOpt = None,
+    draft_max: Annotated[int | None, typer.Option(help="Most tokens drafted per step (k).")] = None,
+    p_min: Annotated[float | None, typer.Option(help="Stop drafting below this draft probability.")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", "-t", help="0 = greedy.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="0 = off.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="1.0 = off.")] = None,
+    min_p: Annotated[float | None, typer.Option(help="0.0 = off.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed for sampling.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help="Most tokens to generate.")] = None,
+    stop: Annotated[list[str] | None, typer.Option(help="Stop string (repeatable).")] = None,
+    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+    raw: Annotated[bool | None, typer.Option("--raw", help="No chat template; special tokens parsed.")] = None,
+    n_gpu_layers: Annotated[int | None, typer.Option(help="Target layers on the GPU (-1 = all).")] = None,
+    draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
+    ctx: Annotated[int | None, typer.Option(help="Context size in tokens.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object when done.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the text.")] = False,
+    color_draft: Annotated[bool, typer.Option(help="Colour tokens that came from the draft.")] = True,
+) -> None:
+    """Generate one answer, speculatively."""
+    overrides = {
+        "target": target, "draft": draft, "drafter": drafter, "draft_max": draft_max, "p_min": p_min,
+        "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed,
+        "max_tokens": max_tokens, "stop": stop or None, "system": system, "raw": raw,
+        "n_gpu_layers": n_gpu_layers, "draft_n_gpu_layers": draft_n_gpu_layers, "threads": threads, "ctx": ctx,
+    }
+
+    def body() -> None:
+        s = settings_from(profile, overrides)
+        text = read_prompt(prompt)
+        run_generate(s, text, as_json=as_json, quiet=quiet, color_draft=color_draft)
+
+    guarded(body)
+
+
+def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True) -> None:
+    from specli.dashboard import Dashboard, summary_line
+    from specli.engine import generate as engine_generate
+    from specli.runtime import open_runtime
+
+    rt = open_runtime(s)
+    out = sys.stdout
+    parts: list[str] = []
+    last = None
+    live = not as_json and not quiet and out.isatty()
+    try:
+        tokens = rt.prompt_tokens(prompt)
+        events = engine_generate(rt.target, tokens, rt.generation_config(), rt.drafter())
+        if live:
+            with Dashboard(Console(), color_draft=color_draft) as dash:
+                for ev in events:
+                    last = ev
+                    parts.append(ev.text)
+                    dash.update(ev)
+        else:
+            for ev in events:
+                last = ev
+                parts.append(ev.text)
+                if not as_json and ev.text:
+                    out.write(ev.text)
+                    out.flush()
+    except KeyboardInterrupt:
+        if not as_json and not live:
+            out.write("\n")
+            out.flush()
+        raise
+    finally:
+        rt.close()
+    assert last is not None
+    c = last.counters
+    if as_json:
+        print(json.dumps({
+            "text": "".join(parts),
+            "n_tokens": c.n_generated,
+            "finish_reason": last.finish_reason,
+            "settings": profiles.settings_to_dict(s),
+            "metrics": metrics.summary(c),
+        }, indent=2))
+        return
+    if not live:
+        out.write("\n")
+        out.flush()
+    if not quiet:
+        err_console().print(summary_line(c, last.finish_reason), highlight=False)
+
+
+@app.command()
+def chat(
+    profile: ProfileOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    drafter: DrafterOpt = None,
+    draft_max: Annotated[int | None, typer.Option(help="Most tokens drafted per step (k).")] = None,
+    p_min: Annotated[float | None, typer.Option(help="Stop drafting below this draft probability.")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", "-t", help="0 = greedy.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed for sampling.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help="Most tokens per reply.")] = None,
+    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+    n_gpu_layers: Annotated[int | None, typer.Option(help="Target layers on the GPU (-1 = all).")] = None,
+    draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
+    ctx: Annotated[int | None, typer.Option(help="Context size in tokens.")] = None,
+    dashboard: Annotated[bool, typer.Option(help="Live dashboard per reply (terminal only).")] = True,
+    color_draft: Annotated[bool, typer.Option(help="Colour tokens that came from the draft.")] = True,
+) -> None:
+    """Multi-turn chat; both KV caches are kept across turns."""
+    overrides = {
+        "target": target, "draft": draft, "drafter": drafter, "draft_max": draft_max, "p_min": p_min,
+        "temperature": temperature, "seed": seed, "max_tokens": max_tokens, "system": system,
+        "n_gpu_layers": n_gpu_layers, "draft_n_gpu_layers": draft_n_gpu_layers, "threads": threads, "ctx": ctx,
+    }
+
+    def body() -> None:
+        from specli.chat import ChatSession
+        from specli.runtime import open_runtime
+
+        given = {k: v for k, v in overrides.items() if v is not None}
+        s = profiles.resolve_settings(profile, given)
+        rt = open_runtime(s)
+        try:
+            console = Console()
+            session = ChatSession(rt, console, profile=profile, overrides=dict(given),
+                                  live=dashboard and console.is_terminal, color_draft=color_draft)
+            session.run(line_reader())
+        finally:
+            rt.close()
+
+    guarded(body)
+
+
+def line_reader() -> Callable[[str], str]:
+    """input() with line editing and history where readline exists."""
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401
+    return input
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""A live rich view fed by the engine's StepEvents. Knows nothing of models."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from types import TracebackType
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from specli import metrics
+from specli.engine import StepEvent
+
+DRAFT_STYLE = "green"
+BAR_WIDTH = 20
+
+
+def bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    fraction = min(max(fraction, 0.0), 1.0)
+    full = int(round(fraction * width))
+    return "█" * full + "·" * (width - full)
+
+
+class RollingRate:
+    """Tokens per second over the last `window` seconds of events."""
+
+    def __init__(self, window: float = 2.0) -> None:
+        self.window = window
+        self._points: deque[tuple[float, int]] = deque()
+
+    def add(self, t: float, total_tokens: int) -> None:
+        self._points.append((t, total_tokens))
+        while len(self._points) > 2 and t - self._points[0][0] > self.window:
+            self._points.popleft()
+
+    def rate(self) -> float:
+        if len(self._points) < 2:
+            return 0.0
+        (t0, n0), (t1, n1) = self._points[0], self._points[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def stats_table(c: metrics.Counters, rolling_tps: float | None = None) -> Table:
+    """The figures of one generation (or turn), as a two-column table."""
+    t = Table(show_header=False, box=None, padding=(0, 1))
+    t.add_column(style="bold")
+    t.add_column()
+    tps = f"{metrics.tokens_per_second(c):.1f} tok/s overall"
+    if rolling_tps is not None:
+        tps = f"{rolling_tps:.1f} tok/s now, " + tps
+    t.add_row("speed", tps)
+    t.add_row("tokens", f"{c.n_generated} generated, prompt {c.n_prompt} ({c.n_prompt_reused} reused from cache)")
+    t.add_row("acceptance", f"{metrics.acceptance_rate(c):.1%} ({c.n_accepted}/{c.n_drafted} drafted)")
+    t.add_row("tokens/forward", f"{metrics.mean_accepted_length(c):.2f} over {c.n_target_forwards} target forwards")
+    for i, a in enumerate(metrics.acceptance_by_position(c)):
+        t.add_row(f"  pos {i + 1}", f"{bar(a)} {a:.0%}")
+    split = metrics.time_split(c)
+    total = sum(split.values()) or 1.0
+    t.add_row("time", "  ".join(f"{k} {v:.2f}s ({v / total:.0%})" for k, v in split.items()))
+    if c.t_first_token is not None:
+        t.add_row("first token", f"{c.t_first_token * 1000:.0f} ms")
+    if c.drafter_steps:
+        t.add_row("steps", ", ".join(f"{k} {v}" for k, v in sorted(c.drafter_steps.items())))
+    return t
+
+
+def colored_text(segments: list[tuple[str, bool]], color_draft: bool = True) -> Text:
+    out = Text()
+    for piece, from_draft in segments:
+        out.append(piece, style=DRAFT_STYLE if (from_draft and color_draft) else None)
+    return out
+
+
+class Dashboard:
+    """`with Dashboard(console) as d: for ev in events: d.update(ev)`."""
+
+    def __init__(self, console: Console, color_draft: bool = True, title: str = "specli",
+                 max_text_lines: int = 30) -> None:
+        self.console = console
+        self.color_draft = color_draft
+        self.title = title
+        self.max_text_lines = max_text_lines
+        self.segments: list[tuple[str, bool]] = []
+        self.last: StepEvent | None = None
+        self.rolling = RollingRate()
+        self._live: Live | None = None
+
+    def update(self, ev: StepEvent) -> None:
+        self.last = ev
+        self.segments.extend(ev.segments)
+        self.rolling.add(time.perf_counter(), ev.counters.n_generated)
+        if self._live is not None:
+            self._live.update(self.render())
+
+    def text(self) -> Text:
+        return colored_text(self.segments, self.color_draft)
+
+    def render(self) -> RenderableType:
+        text = self.text()
+        lines = text.split("\n")
+        if len(lines) > self.max_text_lines:
+            text = Text("\n").join(lines[-self.max_text_lines :])
+        parts: list[RenderableType] = [Panel(text, title=self.title, border_style="dim")]
+        if self.last is not None:
+            status = self.last.finish_reason or "generating"
+            parts.append(Panel(stats_table(self.last.counters, self.rolling.rate()),
+                               title=f"stats ({status})", border_style="dim"))
+        return Group(*parts)
+
+    def __enter__(self) -> Dashboard:
+        self._live = Live(self.render(), console=self.console, refresh_per_second=8, transient=True)
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.__exit__(exc_type, exc, tb)
+            self._live = None
+        # leave the full text and the final figures on screen
+        self.console.print(self.text())
+        if self.last is not None:
+            self.console.print(stats_table(self.last.counters))
+
+
+def summary_line(c: metrics.Counters, finish_reason: str | None) -> str:
+    return (
+        f"{c.n_generated} tokens, {metrics.tokens_per_second(c):.1f} tok/s, "
+        f"acceptance {metrics.acceptance_rate(c):.0%}, "
+        f"{metrics.mean_accepted_length(c):.2f} tokens/forward, "
+        f"{c.n_target_forwards} target forwards, finish: {finish_reason}"
+    )

@@ -1,0 +1,102 @@
+"""A smaller model of the same family drafts k tokens, one decode each.
+
+The draft KV cache never re-decodes what it holds: after verification it rolls back
+to the accepted prefix, and the next proposal decodes only the tokens it lacks
+(the target's next token, plus the last draft token when all were accepted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specli.cache import common_prefix_len
+from specli.sampling import probs_from_logits, sample
+from specli.types import Draft, LanguageModel, SamplingParams
+
+
+def top_probability(logits: np.ndarray) -> float:
+    """Softmax probability of the argmax (temperature 1)."""
+    m = float(logits.max())
+    return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum(dtype=np.float64))
+
+
+class DraftModelDrafter:
+    name = "draft"
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        sampling: SamplingParams = SamplingParams(),
+        *,
+        n_common: int | None = None,
+        n_vocab_out: int | None = None,
+        p_min: float = 0.0,
+        draft_min: int = 0,
+        sample_draft: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        """`n_common`: rows are cut to the vocabulary both models share; `n_vocab_out`:
+        q_draft is zero-padded to the target's size. `sample_draft`: at temperature > 0
+        draw drafts from q (else greedy drafts, a one-hot q: lossless too)."""
+        self.model = model
+        self.sampling = sampling
+        self.n_common = n_common or model.n_vocab
+        self.n_vocab_out = n_vocab_out or self.n_common
+        self.p_min = p_min
+        self.draft_min = draft_min
+        self.stochastic = sample_draft and not sampling.greedy
+        self.rng = np.random.default_rng(None if sampling.seed is None else sampling.seed + 1)
+        self._base = 0  # history length at the last proposal
+        self._n_proposed = 0
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.model.decode_seconds
+
+    def begin(self, history: Sequence[int]) -> None:
+        n_keep = min(common_prefix_len(self.model.tokens, history), len(history))
+        self.model.rollback(n_keep)
+        room = self.model.n_ctx - 1
+        if len(history) <= room:
+            self.model.decode(history[n_keep:])
+        self._n_proposed = 0
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        m = self.model
+        pending = history[m.n_past :]
+        self._base = len(history)
+        self._n_proposed = 0
+        if k <= 0 or not pending or m.n_past + len(pending) + k > m.n_ctx:
+            return Draft(source=self.name)
+        logits = m.decode(pending, [len(pending) - 1])[0]
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        for i in range(k):
+            row = logits[: self.n_common]
+            if self.stochastic:
+                q = probs_from_logits(row, self.sampling)
+                if i >= self.draft_min and self.p_min > 0 and float(q.max()) < self.p_min:
+                    break
+                tok = sample(q, self.rng)
+                if self.n_vocab_out > self.n_common:
+                    q = np.concatenate([q, np.zeros(self.n_vocab_out - self.n_common)])
+                qs.append(q)
+            else:
+                tok = int(row.argmax())
+                if i >= self.draft_min and self.p_min > 0 and top_probability(row) < self.p_min:
+                    break
+            tokens.append(tok)
+            if i == k - 1:
+                break
+            logits = m.decode([tok], [0])[0]
+        self._n_proposed = len(tokens)
+        return Draft(tokens, qs if self.stochastic else None, self.name)
+
+    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+        if self._n_proposed == 0:
+            return
+        # the cache holds history[:base] + a prefix of the draft; keep what was accepted
+        self.model.rollback(min(self._base + n_accepted, self.model.n_past))
+        self._n_proposed = 0

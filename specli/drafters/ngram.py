@@ -1,0 +1,76 @@
+"""Prompt-lookup drafting: continue the longest recent n-gram match in the history.
+
+The index maps each n-gram (n_min..n_max) to where its most recent earlier
+occurrence continues; it is updated incrementally as tokens arrive, never rebuilt.
+Drafts carry no probabilities (a one-hot q), so both verifications stay lossless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specli.types import Draft
+
+
+class NgramIndex:
+    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
+        self.n_min, self.n_max = n_min, n_max
+        self._maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self._n_indexed = 0  # n-grams ending before this position are in the maps
+
+    def reset(self) -> None:
+        for m in self._maps.values():
+            m.clear()
+        self._n_indexed = 0
+
+    def update(self, history: Sequence[int]) -> None:
+        """Index every n-gram that ends before the last token (it has a continuation)."""
+        end = len(history) - 1
+        for j in range(self._n_indexed, end):
+            for n, m in self._maps.items():
+                if j + 1 >= n:
+                    m[tuple(history[j + 1 - n : j + 1])] = j + 1
+        self._n_indexed = max(self._n_indexed, end)
+
+    def lookup(self, history: Sequence[int]) -> tuple[int, int]:
+        """(start of the continuation, n of the match) for the longest n-gram suffix
+        of `history` seen before; (-1, 0) when none."""
+        for n in range(self.n_max, self.n_min - 1, -1):
+            if len(history) < n:
+                continue
+            pos = self._maps[n].get(tuple(history[len(history) - n :]))
+            if pos is not None:
+                return pos, n
+        return -1, 0
+
+
+class NgramDrafter:
+    name = "ngram"
+
+    def __init__(self, n_min: int = 2, n_max: int = 4, is_eog: Callable[[int], bool] | None = None) -> None:
+        self.index = NgramIndex(n_min, n_max)
+        self.is_eog = is_eog or (lambda t: False)
+        self.last_match_n = 0
+
+    def begin(self, history: Sequence[int]) -> None:
+        # history may have been rewritten (a new chat turn): rebuild from scratch
+        self.index.reset()
+        self.index.update(history)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        self.index.update(history)
+        pos, n = self.index.lookup(history)
+        self.last_match_n = n
+        if pos < 0 or k <= 0:
+            return Draft(source=self.name)
+        tokens: list[int] = []
+        for t in history[pos : pos + k]:
+            tokens.append(t)
+            if self.is_eog(t):
+                break
+        return Draft(tokens, None, self.name)
+
+    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+        pass

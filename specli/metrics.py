@@ -1,0 +1,133 @@
+"""Counters of one generation and the pure functions that turn them into figures.
+
+Definitions (used everywhere, printed by the CLI and README):
+- acceptance rate = accepted draft tokens / drafted tokens
+- mean accepted length (tau) = tokens emitted per target forward pass in the decode
+  phase, bonus/correction token included (plain decoding: 1.0)
+- tokens/s = generated tokens / (time from request start to last token)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass
+class Counters:
+    n_prompt: int = 0  # prompt tokens of this request
+    n_prompt_reused: int = 0  # of those, found already in the target's KV cache
+    n_generated: int = 0  # tokens emitted (end-of-generation token excluded)
+    n_target_forwards: int = 0  # target decode calls after the prefill
+    n_step_tokens: int = 0  # tokens emitted by those calls
+    n_drafted: int = 0
+    n_accepted: int = 0
+    drafted_by_pos: list[int] = field(default_factory=list)
+    accepted_by_pos: list[int] = field(default_factory=list)
+    drafter_steps: dict[str, int] = field(default_factory=dict)  # steps per drafter / mode
+    t_prefill: float = 0.0
+    t_draft: float = 0.0
+    t_verify: float = 0.0
+    t_total: float = 0.0
+    t_first_token: float | None = None
+    t_llama: float = 0.0  # seconds inside llama_decode (target + draft)
+
+    def snapshot(self) -> Counters:
+        return replace(
+            self,
+            drafted_by_pos=list(self.drafted_by_pos),
+            accepted_by_pos=list(self.accepted_by_pos),
+            drafter_steps=dict(self.drafter_steps),
+        )
+
+    def record_step(self, drafter: str, n_drafted: int, n_accepted: int, n_emitted: int) -> None:
+        self.n_target_forwards += 1
+        self.n_step_tokens += n_emitted
+        self.n_drafted += n_drafted
+        self.n_accepted += n_accepted
+        self.drafter_steps[drafter] = self.drafter_steps.get(drafter, 0) + 1
+        grow = n_drafted - len(self.drafted_by_pos)
+        if grow > 0:
+            self.drafted_by_pos.extend([0] * grow)
+            self.accepted_by_pos.extend([0] * grow)
+        for i in range(n_drafted):
+            self.drafted_by_pos[i] += 1
+        for i in range(n_accepted):
+            self.accepted_by_pos[i] += 1
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else 0.0
+
+
+def acceptance_rate(c: Counters) -> float:
+    return _ratio(c.n_accepted, c.n_drafted)
+
+
+def mean_accepted_length(c: Counters) -> float:
+    return _ratio(c.n_step_tokens, c.n_target_forwards)
+
+
+def acceptance_by_position(c: Counters) -> list[float]:
+    """P(draft token i accepted | drafted at position i), i = 0..k-1."""
+    return [_ratio(a, d) for a, d in zip(c.accepted_by_pos, c.drafted_by_pos)]
+
+
+def tokens_per_second(c: Counters) -> float:
+    return _ratio(c.n_generated, c.t_total)
+
+
+def decode_tokens_per_second(c: Counters) -> float:
+    """Generation speed after the first token (prefill excluded)."""
+    first = c.t_first_token or 0.0
+    return _ratio(c.n_generated - 1, c.t_total - first) if c.n_generated > 1 else 0.0
+
+
+def time_split(c: Counters) -> dict[str, float]:
+    other = max(0.0, c.t_total - c.t_prefill - c.t_draft - c.t_verify)
+    return {"prefill": c.t_prefill, "draft": c.t_draft, "verify": c.t_verify, "other": other}
+
+
+def python_overhead_fraction(c: Counters) -> float:
+    """Share of wall time spent outside llama.cpp decode calls."""
+    return _ratio(max(0.0, c.t_total - c.t_llama), c.t_total)
+
+
+def summary(c: Counters) -> dict[str, object]:
+    """Every figure, JSON-friendly."""
+    return {
+        "n_prompt": c.n_prompt,
+        "n_prompt_reused": c.n_prompt_reused,
+        "n_generated": c.n_generated,
+        "n_target_forwards": c.n_target_forwards,
+        "n_drafted": c.n_drafted,
+        "n_accepted": c.n_accepted,
+        "acceptance_rate": acceptance_rate(c),
+        "mean_accepted_length": mean_accepted_length(c),
+        "acceptance_by_position": acceptance_by_position(c),
+        "drafter_steps": dict(c.drafter_steps),
+        "tokens_per_second": tokens_per_second(c),
+        "decode_tokens_per_second": decode_tokens_per_second(c),
+        "time_to_first_token_s": c.t_first_token,
+        "time_s": time_split(c) | {"total": c.t_total},
+        "python_overhead_fraction": python_overhead_fraction(c),
+    }
+
+
+def merge(a: Counters, b: Counters) -> Counters:
+    """Sum two runs' counters (for session totals)."""
+    out = a.snapshot()
+    for name in (
+        "n_prompt", "n_prompt_reused", "n_generated", "n_target_forwards", "n_step_tokens",
+        "n_drafted", "n_accepted", "t_prefill", "t_draft", "t_verify", "t_total", "t_llama",
+    ):
+        setattr(out, name, getattr(a, name) + getattr(b, name))
+    n = max(len(a.drafted_by_pos), len(b.drafted_by_pos))
+    pad = lambda xs: xs + [0] * (n - len(xs))  # noqa: E731
+    out.drafted_by_pos = [x + y for x, y in zip(pad(a.drafted_by_pos), pad(b.drafted_by_pos))]
+    out.accepted_by_pos = [x + y for x, y in zip(pad(a.accepted_by_pos), pad(b.accepted_by_pos))]
+    out.drafter_steps = dict(a.drafter_steps)
+    for k, v in b.drafter_steps.items():
+        out.drafter_steps[k] = out.drafter_steps.get(k, 0) + v
+    if out.t_first_token is None:
+        out.t_first_token = b.t_first_token
+    return out

@@ -1,0 +1,118 @@
+"""Turns resolved Settings into loaded models, a drafter and prompt tokens.
+
+Shared by every command (generate, chat, bench) so they wire things the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specli import registry
+from specli.backend import LoadOptions, Model, free_vocab_handle, read_vocab
+from specli.drafters import DraftModelDrafter, NgramDrafter
+from specli.engine import GenerationConfig
+from specli.errors import UsageError
+from specli.pair import check_pair
+from specli.profiles import Settings
+from specli.types import Drafter
+
+
+def load_options(s: Settings, for_draft: bool) -> LoadOptions:
+    return LoadOptions(
+        n_gpu_layers=s.draft_n_gpu_layers if for_draft else s.n_gpu_layers,
+        main_gpu=s.main_gpu,
+        tensor_split=s.tensor_split,
+        n_threads=s.threads,
+        n_ctx=s.ctx,
+        n_batch=s.n_batch,
+        flash_attn=s.flash_attn,
+        kv_type=s.kv_type,
+    )
+
+
+def uses_draft_model(s: Settings) -> bool:
+    return s.drafter in ("draft", "hybrid", "auto") and s.draft is not None
+
+
+def check_pair_files(target_path: Path, draft_path: Path) -> int:
+    """Pair check on the tokenizers alone, before any weights are loaded."""
+    t_vocab, t_handle = read_vocab(target_path)
+    try:
+        d_vocab, d_handle = read_vocab(draft_path)
+        try:
+            return check_pair(t_vocab, d_vocab)
+        finally:
+            free_vocab_handle(d_handle)
+    finally:
+        free_vocab_handle(t_handle)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    target: Model
+    draft: Model | None = None
+    n_common: int = 0
+    _drafter: Drafter | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+        self.target.close()
+
+    def drafter(self, s: Settings | None = None) -> Drafter | None:
+        """The drafter for settings `s` (default: the runtime's own)."""
+        s = s or self.settings
+        if s.drafter == "none" or s.draft_max == 0:
+            return None
+        if s.drafter in ("draft", "hybrid", "auto"):
+            if self.draft is None:
+                raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
+            return DraftModelDrafter(
+                self.draft,
+                s.sampling(),
+                n_common=self.n_common,
+                n_vocab_out=self.target.n_vocab,
+                p_min=s.p_min,
+                draft_min=s.draft_min,
+            )
+        if s.drafter == "ngram":
+            return NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
+        raise UsageError(f"drafter '{s.drafter}' is not available yet", "use --drafter draft, ngram or none")
+
+    def generation_config(self, s: Settings | None = None) -> GenerationConfig:
+        s = s or self.settings
+        return GenerationConfig(
+            max_tokens=s.max_tokens, sampling=s.sampling(), draft_max=s.draft_max, stop=tuple(s.stop)
+        )
+
+    def prompt_tokens(self, prompt: str, s: Settings | None = None) -> list[int]:
+        s = s or self.settings
+        if not prompt.strip():
+            raise UsageError("the prompt is empty", "pass some text, or - to read it from stdin")
+        if s.raw or not self.target.chat_template:
+            return self.target.tokenize(prompt, add_special=True, parse_special=s.raw)
+        return self.target.chat_tokens(self.messages([], prompt, s.system))
+
+    @staticmethod
+    def messages(history: Sequence[dict[str, str]], user: str, system: str | None) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": system}] if system else []
+        return [*msgs, *history, {"role": "user", "content": user}]
+
+
+def open_runtime(s: Settings) -> Runtime:
+    """Resolve names, check the pair on tokenizers, then load the weights."""
+    target_path = registry.resolve(s.target)
+    draft_path = registry.resolve(s.draft) if uses_draft_model(s) and s.draft else None
+    n_common = check_pair_files(target_path, draft_path) if draft_path else 0
+    target = Model(target_path, load_options(s, for_draft=False))
+    draft = None
+    try:
+        if draft_path is not None:
+            draft = Model(draft_path, load_options(s, for_draft=True))
+    except BaseException:
+        target.close()
+        raise
+    return Runtime(s, target, draft, n_common or target.n_vocab)

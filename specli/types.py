@@ -1,0 +1,87 @@
+"""Small shared types: sampling settings, drafts, verdicts and step events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampler settings applied identically to target and draft distributions."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    min_p: float = 0.0  # 0.0 = off
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one draft: keep draft[:n_accepted], then next_token."""
+
+    n_accepted: int
+    next_token: int
+
+
+@dataclass
+class Draft:
+    """Tokens proposed by a drafter; q_draft[i] is the distribution tokens[i] was drawn
+    from (dense float64 over the vocabulary), or None for a deterministic drafter."""
+
+    tokens: list[int] = field(default_factory=list)
+    q_draft: list[np.ndarray] | None = None
+    source: str = ""
+
+
+class LanguageModel(Protocol):
+    """What the engine and drafters need of a loaded model (specli.backend.Model)."""
+
+    n_vocab: int
+    n_ctx: int
+    tokens: list[int]
+    decode_seconds: float
+
+    @property
+    def n_past(self) -> int: ...
+
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray: ...
+
+    def rollback(self, n_keep: int) -> None: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def stream_detokenizer(self) -> TextStream: ...
+
+
+class TextStream(Protocol):
+    def push(self, tokens: Sequence[int]) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+class Drafter(Protocol):
+    """Proposes continuations of `history`: every token emitted so far (prompt and
+    generated), whose last token the target has not decoded yet. The engine passes
+    the same growing list each call, so a drafter may index it incrementally."""
+
+    name: str
+
+    def begin(self, history: Sequence[int]) -> None:
+        """A new generation starts from `history` (caches may keep a common prefix)."""
+        ...
+
+    def propose(self, history: Sequence[int], k: int) -> Draft: ...
+
+    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+        """After verification: `history` now ends with the accepted draft prefix and
+        the target's next token."""
+        ...

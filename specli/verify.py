@@ -1,0 +1,95 @@
+"""Verifying a draft against the target: greedy matching and lossless rejection sampling.
+
+Pure functions over rows the caller supplies. Rows are read lazily and in order, so a
+caller may pass a lazy Sequence that only materialises (or even computes) row i when
+it is indexed; nothing past the first rejected position is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from specli.sampling import one_hot, residual, sample
+from specli.types import Verdict
+
+Row = npt.NDArray[Any]
+
+
+def verify_greedy(draft_tokens: Sequence[int], target_logits: Sequence[Row]) -> Verdict:
+    """Greedy verification.
+
+    `target_logits[i]` is the target's logits row after the context plus
+    `draft_tokens[:i]` (len(draft) + 1 rows). Draft token i is accepted while it equals
+    the row's argmax (lowest index on ties); `next_token` is the argmax of the first
+    mismatching row, or of the last row (the bonus token) when everything matched.
+    """
+    for i, d_i in enumerate(draft_tokens):
+        best = int(np.argmax(target_logits[i]))
+        if best != d_i:
+            return Verdict(n_accepted=i, next_token=best)
+    n_draft = len(draft_tokens)
+    return Verdict(n_accepted=n_draft, next_token=int(np.argmax(target_logits[n_draft])))
+
+
+def verify_rejection(
+    draft_tokens: Sequence[int],
+    p_target: Sequence[Row],
+    q_draft: Sequence[Row] | None,
+    rng: np.random.Generator,
+) -> Verdict:
+    """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023); the emitted tokens
+    are distributed exactly as if sampled from the target one by one.
+
+    `p_target` has len(draft) + 1 rows, already under the sampler settings; row i is
+    indexed only once position i is reached. `q_draft[i]` is the distribution
+    `draft_tokens[i]` was drawn from; None means a deterministic drafter (one-hot q).
+
+    Position i: accept d_i with probability min(1, p_i(d_i) / q_i(d_i)) using one
+    uniform; on rejection draw from residual(p_i, q_i) (p_i if that is None) and stop.
+    If every draft token is accepted, the bonus token is drawn from the last p row.
+    With one-hot q: accept with probability p_i(d_i); on rejection draw from p_i with
+    d_i zeroed and renormalised.
+    """
+    for i, d_i in enumerate(draft_tokens):
+        p_i = p_target[i]
+        q_i = None if q_draft is None else q_draft[i]
+        q_d = 1.0 if q_i is None else float(q_i[d_i])
+        # u < p/q written as u*q < p: never accepts p(d) == 0, accepts q(d) <= p(d).
+        if rng.random() * q_d < float(p_i[d_i]):
+            continue
+        if q_i is None:
+            q_i = one_hot(d_i, p_i.size)
+        r = residual(p_i, q_i)
+        return Verdict(n_accepted=i, next_token=sample(p_i if r is None else r, rng))
+    n_draft = len(draft_tokens)
+    return Verdict(n_accepted=n_draft, next_token=sample(p_target[n_draft], rng))
+
+
+def cut_at_stop(
+    tokens: Sequence[int], is_eog: Callable[[int], bool], max_new: int
+) -> tuple[list[int], str | None]:
+    """Trim the tokens about to be emitted (accepted draft prefix + next token).
+
+    Returns (tokens_to_emit, finish_reason):
+    * "stop": cut just after the first end-of-generation token; the EOG token itself
+      IS the last returned token, so the caller can see (and decide not to print) it.
+    * "length": `max_new` (tokens still allowed) is reached, i.e. more than max_new
+      tokens were offered or exactly max_new were emitted; the list is the first
+      max_new tokens.
+    * None: all tokens emitted, generation may continue.
+    An EOG at the last allowed position wins over "length". `is_eog` is only called on
+    tokens up to the cut.
+    """
+    limit = max(max_new, 0)
+    for i, token in enumerate(tokens):
+        if i >= limit:
+            break
+        if is_eog(token):
+            return list(tokens[: i + 1]), "stop"
+    if len(tokens) >= limit:
+        return list(tokens[:limit]), "length"
+    return list(tokens), None

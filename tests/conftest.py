@@ -1,0 +1,62 @@
+"""Shared fixtures: real GGUF models from the registry (pulled by scripts/test.sh)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SMOL = "smollm2-135m-instruct-q4_1"
+GEMMA = "gemma-3-270m-q4_k_m"
+QWEN_DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+QWEN_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
+
+
+def model_file(name: str) -> Path:
+    """Path of a pulled registry model; skip (or fail under SPECLI_REQUIRE_MODELS=1)."""
+    from specli import registry
+    from specli.errors import SpecliError
+
+    try:
+        return registry.resolve(name)
+    except SpecliError as e:
+        if os.environ.get("SPECLI_REQUIRE_MODELS") == "1":
+            pytest.fail(f"model {name} missing: {e.one_line()}")
+        pytest.skip(f"model {name} not pulled: {e.one_line()}")
+
+
+def _load(name: str, n_ctx: int = 2048):  # type: ignore[no-untyped-def]
+    from specli.backend import LoadOptions, Model
+
+    return Model(model_file(name), LoadOptions(n_ctx=n_ctx))
+
+
+@pytest.fixture(scope="session")
+def smol() -> Iterator[object]:
+    m = _load(SMOL)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="session")
+def smol_draft() -> Iterator[object]:
+    m = _load(SMOL)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="session")
+def qwen_target() -> Iterator[object]:
+    m = _load(QWEN_TARGET, 4096)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="session")
+def qwen_draft() -> Iterator[object]:
+    m = _load(QWEN_DRAFT, 4096)
+    yield m
+    m.close()

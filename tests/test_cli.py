@@ -1,0 +1,113 @@
+"""The CLI through typer's runner, against real small models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SMOL, model_file
+from typer.testing import CliRunner
+
+from specli.cli import app
+
+runner = CliRunner()
+SMOL_ARGS = ["--target", SMOL, "--draft", SMOL, "--ctx", "1024"]
+
+
+@pytest.fixture(autouse=True)
+def _models_present() -> None:
+    model_file(SMOL)
+
+
+def test_models_list_json() -> None:
+    res = runner.invoke(app, ["models", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    names = {r["name"] for r in rows}
+    assert {"qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m", SMOL,
+            "gemma-3-270m-q4_k_m", "qwen2.5-coder-1.5b-instruct-f16"} <= names
+    smol = next(r for r in rows if r["name"] == SMOL)
+    assert smol["present"] is True and smol["size"] == 98362432 and len(smol["sha256"]) == 64
+
+
+def test_models_path_and_info() -> None:
+    res = runner.invoke(app, ["models", "path", SMOL])
+    assert res.exit_code == 0 and res.stdout.strip().endswith(f"{SMOL}.gguf")
+    res = runner.invoke(app, ["models", "info", SMOL, "--json"])
+    assert res.exit_code == 0
+    info = json.loads(res.stdout)
+    assert info["gguf"]["architecture"] == "llama" and info["gguf"]["n_vocab"] == 49152
+
+
+def test_models_unknown_name_suggests() -> None:
+    res = runner.invoke(app, ["models", "path", "smollm2-135m"])
+    assert res.exit_code == 4
+    assert "unknown model" in res.output and "did you mean" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_models_pull_is_a_noop_when_present() -> None:
+    res = runner.invoke(app, ["models", "pull", SMOL])
+    assert res.exit_code == 0, res.output
+
+
+def test_generate_json_has_every_field() -> None:
+    res = runner.invoke(app, ["generate", *SMOL_ARGS, "--json", "-n", "24", "--draft-max", "3",
+                              "Name three fruits."])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["n_tokens"] > 0 and out["text"]
+    assert out["finish_reason"] in ("stop", "length")
+    assert out["settings"]["draft_max"] == 3 and out["settings"]["target"] == SMOL
+    m = out["metrics"]
+    for key in ("acceptance_rate", "mean_accepted_length", "acceptance_by_position", "tokens_per_second",
+                "time_to_first_token_s", "time_s", "n_target_forwards", "n_drafted", "n_accepted"):
+        assert key in m
+    assert m["n_drafted"] > 0 and 0 <= m["acceptance_rate"] <= 1
+
+
+def test_generate_same_text_with_and_without_drafter() -> None:
+    base = runner.invoke(app, ["generate", *SMOL_ARGS, "--drafter", "none", "--json", "-n", "32", "Say hi."])
+    spec = runner.invoke(app, ["generate", *SMOL_ARGS, "--json", "-n", "32", "Say hi."])
+    ngram = runner.invoke(app, ["generate", *SMOL_ARGS, "--drafter", "ngram", "--json", "-n", "32", "Say hi."])
+    texts = [json.loads(r.stdout)["text"] for r in (base, spec, ngram)]
+    assert texts[0] == texts[1] == texts[2]
+    assert json.loads(base.stdout)["metrics"]["n_drafted"] == 0
+
+
+def test_generate_plain_and_stdin() -> None:
+    res = runner.invoke(app, ["generate", *SMOL_ARGS, "-q", "-n", "8", "-"], input="Say hi.")
+    assert res.exit_code == 0 and res.stdout.strip()
+
+
+def test_generate_empty_prompt_is_a_usage_error() -> None:
+    res = runner.invoke(app, ["generate", *SMOL_ARGS, "   "])
+    assert res.exit_code == 2 and "empty" in res.output
+
+
+def test_generate_bad_setting_names_the_flag() -> None:
+    res = runner.invoke(app, ["generate", *SMOL_ARGS, "--temperature", "-1", "x"])
+    assert res.exit_code == 6 and "--temperature" in res.output
+
+
+def test_generate_missing_model_file() -> None:
+    res = runner.invoke(app, ["generate", "--target", "/nope/model.gguf", "--drafter", "none", "x"])
+    assert res.exit_code == 3 and "not found" in res.output
+
+
+def test_generate_incompatible_pair_is_refused() -> None:
+    res = runner.invoke(app, ["generate", "--target", "qwen2.5-coder-0.5b-instruct-q4_k_m", "--draft", SMOL, "x"])
+    if "not downloaded" in res.output:
+        pytest.skip("qwen draft not pulled")
+    assert res.exit_code == 5 and "differ" in res.output and "ngram" in res.output
+
+
+def test_profiles_list_show_validate(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    res = runner.invoke(app, ["profiles", "list"])
+    assert res.exit_code == 0 and "default" in res.stdout and "creative" in res.stdout
+    res = runner.invoke(app, ["profiles", "show", "creative"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["temperature"] == 0.8
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("draft_mx: 3\n")
+    res = runner.invoke(app, ["profiles", "validate", str(bad)])
+    assert res.exit_code == 6 and "draft_max" in res.output

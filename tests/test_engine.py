@@ -1,0 +1,239 @@
+"""The speculative loop on real models: losslessness, stops, cache reuse, metrics."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
+
+from specli.backend import Model
+from specli.drafters import DraftModelDrafter
+from specli.engine import FINISH_CONTEXT, FINISH_LENGTH, FINISH_STOP, GenerationConfig, generate, run
+from specli.errors import ContextError, UsageError
+from specli.metrics import acceptance_rate, mean_accepted_length
+from specli.pair import check_pair
+from specli.sampling import probs_from_logits
+from specli.types import Draft, SamplingParams, Verdict
+
+PROMPTS = [
+    "Write a Python function that merges two sorted lists, with a docstring and two doctests.",
+    "Explain in detail how a hash map handles collisions, with an example in C.",
+    "Write a bash script that backs up a directory to a tarball named with today's date.",
+    "Translate to German: The weather is lovely today and we are going to walk by the river.",
+    "List ten tips for writing readable SQL queries, each with a one-line example.",
+]
+
+
+def chat(model: Model, text: str) -> list[int]:
+    return model.chat_tokens([{"role": "user", "content": text}])
+
+
+def greedy(n: int, k: int = 4) -> GenerationConfig:
+    return GenerationConfig(max_tokens=n, draft_max=k)
+
+
+# ---------------------------------------------------------------- SmolLM2 (fast)
+
+
+def test_baseline_is_plain_greedy_decoding(smol: Model) -> None:
+    """The engine without a drafter equals a hand-written argmax loop."""
+    prompt = chat(smol, "Name three colours.")
+    res = run(smol, prompt, greedy(24))
+    smol.reset()
+    logits = smol.decode(prompt, [len(prompt) - 1])[0]
+    expected = []
+    for _ in range(24):
+        tok = int(logits.argmax())
+        if smol.is_eog(tok):
+            break
+        expected.append(tok)
+        logits = smol.decode([tok], [0])[0]
+    assert res.tokens == expected
+    assert res.counters.n_drafted == 0
+    assert mean_accepted_length(res.counters) == 1.0
+
+
+def test_smollm_with_itself_accepts_almost_everything(smol: Model, smol_draft: Model) -> None:
+    prompt = chat(smol, "Write a short poem about autumn leaves.")
+    base = run(smol, prompt, greedy(96))
+    k = 4
+    d = DraftModelDrafter(smol_draft)
+    spec = run(smol, prompt, greedy(96, k), d)
+    assert spec.tokens == base.tokens
+    c = spec.counters
+    assert acceptance_rate(c) > 0.95
+    assert mean_accepted_length(c) > 0.9 * (k + 1)
+    assert c.n_target_forwards < len(base.tokens) / 3
+
+
+def test_random_drafts_are_all_rejected_but_output_unchanged(smol: Model) -> None:
+    class RandomDrafter:
+        name = "random"
+
+        def __init__(self) -> None:
+            self.rng = np.random.default_rng(0)
+
+        def begin(self, history: list[int]) -> None:
+            pass
+
+        def propose(self, history: list[int], k: int) -> Draft:
+            return Draft([int(t) for t in self.rng.integers(1000, 40000, size=k)], None, self.name)
+
+        def accept(self, history: list[int], n_accepted: int) -> None:
+            pass
+
+    prompt = chat(smol, "What is the capital of Italy?")
+    base = run(smol, prompt, greedy(40))
+    spec = run(smol, prompt, greedy(40, 5), RandomDrafter())
+    assert spec.tokens == base.tokens
+    assert spec.counters.n_accepted <= 1
+    assert spec.counters.n_target_forwards == base.counters.n_target_forwards
+
+
+def test_max_tokens_is_never_exceeded_mid_acceptance(smol: Model, smol_draft: Model) -> None:
+    prompt = chat(smol, "Count from one to fifty in words.")
+    for n in (1, 2, 5, 7, 13):
+        res = run(smol, prompt, greedy(n, 6), DraftModelDrafter(smol_draft))
+        assert len(res.tokens) == n
+        assert res.finish_reason == FINISH_LENGTH
+        assert res.counters.n_generated == n
+
+
+def test_eos_inside_accepted_draft_stops_there(smol: Model, smol_draft: Model) -> None:
+    prompt = chat(smol, "Reply with just the word: yes")
+    base = run(smol, prompt, greedy(64))
+    assert base.finish_reason == FINISH_STOP
+    spec = run(smol, prompt, greedy(64, 8), DraftModelDrafter(smol_draft))
+    assert spec.tokens == base.tokens
+    assert spec.finish_reason == FINISH_STOP
+    assert not any(smol.is_eog(t) for t in spec.tokens)
+
+
+def test_stop_string_spanning_tokens(smol: Model, smol_draft: Model) -> None:
+    prompt = chat(smol, "Count from one to twenty, separated by commas.")
+    base = run(smol, prompt, greedy(80))
+    assert len(base.text) > 20
+    stop = base.text[10:14]  # most likely spans a token boundary
+    res = run(smol, prompt, GenerationConfig(max_tokens=80, draft_max=4, stop=(stop,)), DraftModelDrafter(smol_draft))
+    assert res.finish_reason == FINISH_STOP
+    assert res.text == base.text[: base.text.index(stop)]
+
+
+def test_context_limit_gives_a_reason_not_a_crash() -> None:
+    from specli.backend import LoadOptions
+
+    with Model(model_file(SMOL), LoadOptions(n_ctx=96)) as m, Model(model_file(SMOL), LoadOptions(n_ctx=96)) as d:
+        prompt = chat(m, "Write a long story about a dragon.")
+        res = run(m, prompt, greedy(500, 4), DraftModelDrafter(d))
+        assert res.finish_reason in (FINISH_CONTEXT, FINISH_STOP)
+        assert m.n_past <= m.n_ctx
+        with pytest.raises(ContextError, match="more than"):
+            run(m, list(range(200, 210 + m.n_ctx)), greedy(4))
+        with pytest.raises(UsageError):
+            run(m, [], greedy(4))
+
+
+def test_cache_is_reused_across_turns(smol: Model, smol_draft: Model) -> None:
+    d = DraftModelDrafter(smol_draft)
+    msgs = [{"role": "user", "content": "Say hello."}]
+    first = run(smol, smol.chat_tokens(msgs), greedy(16), d)
+    msgs += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Now say goodbye."}]
+    prompt2 = smol.chat_tokens(msgs)
+    second = run(smol, prompt2, greedy(16), d)
+    assert second.counters.n_prompt_reused > len(prompt2) // 2
+    smol.reset()
+    smol_draft.reset()
+    fresh = run(smol, prompt2, greedy(16), DraftModelDrafter(smol_draft))
+    assert fresh.counters.n_prompt_reused == 0
+    assert fresh.tokens == second.tokens
+
+
+def test_events_carry_text_and_draft_flags(smol: Model, smol_draft: Model) -> None:
+    prompt = chat(smol, "Write the alphabet.")
+    events = list(generate(smol, prompt, greedy(40, 4), DraftModelDrafter(smol_draft)))
+    assert events[-1].finish_reason is not None
+    assert all(ev.finish_reason is None for ev in events[:-1])
+    assert all(len(ev.from_draft) == len(ev.tokens) for ev in events)
+    # an accepted end-of-generation token counts as accepted but is not emitted
+    assert events[-1].counters.n_accepted - sum(sum(ev.from_draft) for ev in events) in (0, 1)
+    assert "".join(ev.text for ev in events) == smol.detokenize(t for ev in events for t in ev.tokens)
+
+
+def test_seeded_sampling_is_reproducible(smol: Model, smol_draft: Model) -> None:
+    prompt = chat(smol, "Tell me a fun fact.")
+    cfg = GenerationConfig(max_tokens=32, draft_max=4, sampling=SamplingParams(temperature=0.8, seed=7))
+    a = run(smol, prompt, cfg, DraftModelDrafter(smol_draft, cfg.sampling))
+    b = run(smol, prompt, cfg, DraftModelDrafter(smol_draft, cfg.sampling))
+    assert a.tokens == b.tokens
+
+
+def test_injected_broken_verifier_changes_output(smol: Model, smol_draft: Model) -> None:
+    """The equality checks above can fail: accepting every draft token breaks them."""
+
+    def accept_all(draft: Draft, logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
+        return Verdict(len(draft.tokens), int(logits[len(draft.tokens)].argmax()))
+
+    class Wrong(DraftModelDrafter):
+        def propose(self, history, k):  # type: ignore[no-untyped-def]
+            d = super().propose(history, k)
+            return Draft([(t + 1) % 1000 for t in d.tokens], None, "wrong")
+
+    prompt = chat(smol, "Write the alphabet.")
+    base = run(smol, prompt, greedy(24))
+    broken = run(smol, prompt, greedy(24, 3), Wrong(smol_draft), verifier=accept_all)
+    assert broken.tokens != base.tokens
+
+
+# ------------------------------------------------------------- Qwen pair (real)
+
+
+def test_qwen_pair_is_compatible() -> None:
+    from specli.backend import free_vocab_handle, read_vocab
+
+    t, th = read_vocab(model_file(QWEN_TARGET))
+    d, dh = read_vocab(model_file(QWEN_DRAFT))
+    try:
+        assert check_pair(t, d) == 151936
+    finally:
+        free_vocab_handle(th)
+        free_vocab_handle(dh)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_qwen_pair_greedy_equals_target_alone(prompt: str, qwen_target: Model, qwen_draft: Model) -> None:
+    toks = chat(qwen_target, prompt)
+    base = run(qwen_target, toks, greedy(128))
+    spec = run(qwen_target, toks, greedy(128, 4), DraftModelDrafter(qwen_draft, p_min=0.3))
+    assert len(base.tokens) >= 100
+    assert spec.tokens == base.tokens
+    assert spec.text == base.text
+    assert spec.counters.n_accepted > 0
+
+
+def test_qwen_pair_sampling_matches_target_distribution(qwen_target: Model, qwen_draft: Model) -> None:
+    """At temperature 0.8 the first two emitted tokens follow the target's own
+    distribution: compare speculative samples with the exact p(t1) p(t2 | t1)."""
+    params = SamplingParams(temperature=0.8)
+    toks = qwen_target.tokenize("The three most popular programming languages are", add_special=False)
+    qwen_target.reset()
+    p1 = probs_from_logits(qwen_target.decode(toks, [len(toks) - 1])[0], params)
+    exact: dict[tuple[int, int], float] = {}
+    for t1 in np.flatnonzero(p1 > 1e-3):
+        qwen_target.rollback(len(toks))
+        p2 = probs_from_logits(qwen_target.decode([int(t1)], [0])[0], params)
+        for t2 in np.flatnonzero(p2 > 1e-3):
+            exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
+    n = 400
+    seen: Counter[tuple[int, int]] = Counter()
+    for seed in range(n):
+        cfg = GenerationConfig(max_tokens=2, draft_max=3, sampling=SamplingParams(temperature=0.8, seed=seed))
+        res = run(qwen_target, toks, cfg, DraftModelDrafter(qwen_draft, cfg.sampling))
+        seen[(res.tokens[0], res.tokens[1])] += 1
+    keys = set(exact) | set(seen)
+    tv = 0.5 * sum(abs(seen[k] / n - exact.get(k, 0.0)) for k in keys)
+    missing_mass = 1.0 - sum(exact.values())  # pairs below the 1e-3 cut-off
+    # sampling noise of a 400-draw empirical distribution over ~20 outcomes is about
+    # 0.5 * sum sqrt(p(1-p)/n) <= 0.5 * sqrt(K/n) ~ 0.11; use 0.15 plus the cut-off mass
+    assert tv < 0.15 + missing_mass, (tv, missing_mass)
