@@ -36,6 +36,8 @@ FLASH_ATTN = {
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 QUANT_FTYPES = {"f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16}
+EXACT_BATCH = 7
+EXACT_BATCH_REPACK = 3
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
 # llama.cpp's log lines, kept for error messages; printed only when SPECLI_DEBUG is set.
@@ -96,6 +98,7 @@ class LoadOptions:
     n_batch: int = 512
     flash_attn: str = "auto"
     kv_type: str = "f16"
+    repack: bool = True  # llama.cpp's repacked CPU weight layouts (faster batches)
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,7 @@ def _model_params(opts: LoadOptions, vocab_only: bool = False) -> tuple[Any, Any
     params.n_gpu_layers = opts.n_gpu_layers if opts.n_gpu_layers >= 0 else 999
     params.main_gpu = opts.main_gpu
     params.vocab_only = vocab_only
+    params.use_extra_bufts = opts.repack
     keep_alive = None
     if opts.tensor_split:
         n_dev = llama_cpp.llama_max_devices()
@@ -302,6 +306,10 @@ class Model:
             )
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
+        # Largest batch whose logits equal one-token decoding bit for bit on the CPU:
+        # repacked weights switch from gemv to gemm at 4 rows, the tiled K-quant
+        # matmul starts at 8 rows (llamafile's tinyBLAS, at 2, is disabled at build time).
+        self.exact_batch = EXACT_BATCH_REPACK if self.opts.repack else EXACT_BATCH
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
@@ -359,10 +367,14 @@ class Model:
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
 
     # -- decoding ----------------------------------------------------------------
-    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = (), exact: bool = False) -> np.ndarray:
         """Append `tokens` to the cache; return logits for the batch rows named in
         `logit_rows` (indices into `tokens`, ascending) as a (len(logit_rows), n_vocab)
-        float32 view. The view is only valid until the next decode on this model."""
+        float32 view. The view is only valid until the next decode on this model.
+
+        `exact`: decode in chunks small enough that every row's logits are bit-identical
+        to decoding the tokens one at a time (llama.cpp's CPU kernels change their
+        summation order for larger batches). Verification needs this; a prefill does not."""
         n = len(tokens)
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
@@ -379,8 +391,9 @@ class Model:
             raise BackendError(f"logit rows {rows} are not ascending indices into {n} tokens")
         parts: list[np.ndarray] = []
         start = 0
+        step = min(self.n_batch, self.exact_batch) if exact else self.n_batch
         while start < n:
-            end = min(n, start + self.n_batch)
+            end = min(n, start + step)
             chunk_rows = [r - start for r in rows if start <= r < end]
             self._decode_chunk(tokens[start:end], chunk_rows)
             if chunk_rows:
@@ -504,3 +517,105 @@ def read_model_info(path: Path) -> dict[str, Any]:
         }
     finally:
         free_vocab_handle(handle)
+
+
+def open_llama_cpp_python_peer(
+    path: Path, opts: LoadOptions, num_pred_tokens: int = 10, max_ngram_size: int = 2
+) -> Any:
+    """llama-cpp-python's own `Llama` with its built-in prompt-lookup decoding
+    (`LlamaPromptLookupDecoding`), the peer `specli bench --peer llama-cpp-python`
+    compares against. It loads its own copy of the model. Returns a namespace with:
+
+    - `stream(tokens, max_tokens, sampling, keep_cache=False)`: iterator of the token
+      ids `Llama.generate` produces from the prompt ids `tokens` (end-of-generation
+      token excluded; stops there or after `max_tokens`). Without `keep_cache` the
+      KV cache is cleared first, so the prompt is prefilled from scratch.
+    - `proposals`: (tokens generated when drafted, drafted ids) of every draft the
+      last stream made; each is followed by one target forward pass.
+    - `decode_seconds`, `draft_seconds`: time inside llama_decode / the drafter so far.
+    - `close()`.
+    """
+    import types
+
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    _init_backend()
+    check_gguf_header(path)
+    state = types.SimpleNamespace(proposals=[], decode_seconds=0.0, draft_seconds=0.0, n_out=0)
+    holder: dict[str, Any] = {}
+
+    class CountingLookup(LlamaPromptLookupDecoding):
+        def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            out = super().__call__(input_ids, **kwargs)
+            llm = holder["llm"]
+            kept = [int(t) for t in out[: max(0, llm.n_ctx() - llm.n_tokens - 1)]]
+            state.proposals.append((state.n_out, kept))
+            state.draft_seconds += time.perf_counter() - t0
+            return out
+
+    try:
+        llm = llama_cpp.Llama(
+            str(path),
+            n_gpu_layers=opts.n_gpu_layers,
+            main_gpu=opts.main_gpu,
+            tensor_split=list(opts.tensor_split) if opts.tensor_split else None,
+            n_ctx=opts.n_ctx,
+            n_batch=opts.n_batch,
+            n_ubatch=opts.n_batch,
+            n_threads=opts.n_threads or default_threads(),
+            n_threads_batch=opts.n_threads_batch or opts.n_threads or default_threads(),
+            flash_attn=opts.flash_attn != "off",  # a bool there; CPU and CUDA resolve "auto" to on
+            type_k=KV_TYPES[opts.kv_type],
+            type_v=KV_TYPES[opts.kv_type],
+            draft_model=CountingLookup(max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens),
+            logits_all=True,  # forced by draft_model anyway: every drafted row is sampled
+            verbose=False,
+        )
+    except (ValueError, RuntimeError) as e:
+        raise ModelError(f"llama-cpp-python could not load {path}: {e}") from None
+    holder["llm"] = llm
+    ctx = llm._ctx
+    plain_decode = ctx.decode
+
+    def timed_decode(batch: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return plain_decode(batch)
+        finally:
+            state.decode_seconds += time.perf_counter() - t0
+
+    ctx.decode = timed_decode  # type: ignore[method-assign]
+    vocab = llm._model.vocab
+
+    def stream(tokens: Sequence[int], max_tokens: int, sampling: Any, keep_cache: bool = False) -> Any:
+        if not keep_cache:
+            llm.reset()
+        if getattr(sampling, "seed", None) is not None:
+            llm.set_seed(int(sampling.seed))
+        state.proposals = []
+        state.n_out = 0
+        gen = llm.generate(
+            list(tokens),
+            temp=float(sampling.temperature),
+            top_k=int(sampling.top_k),
+            top_p=float(sampling.top_p),
+            min_p=float(sampling.min_p),
+            repeat_penalty=1.0,
+        )
+        try:
+            for tok in gen:
+                if llama_cpp.llama_vocab_is_eog(vocab, tok):
+                    return
+                state.n_out += 1
+                yield int(tok)
+                if state.n_out >= max_tokens:
+                    return
+        except RuntimeError as e:
+            raise BackendError(f"llama-cpp-python: {e}") from None
+        finally:
+            gen.close()
+
+    state.stream = stream
+    state.close = llm.close
+    return state

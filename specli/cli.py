@@ -350,6 +350,59 @@ def chat(
     guarded(body)
 
 
+from specli import bench as bench_module  # noqa: E402 - light: no model code at import
+
+
+@app.command(help="Measure drafting modes against plain decoding on a prompt set, checking that "
+                  "greedy outputs are identical (lossless). Exit codes: 0 ok, 9 an output differed "
+                  "from the baseline, 130 interrupted (results so far are still written), others as "
+                  "for every command.\n\nDefinitions:\n\n" + bench_module.DEFINITIONS)
+def bench(
+    profile: ProfileOpt = None,
+    prompts: Annotated[Path | None, typer.Option(help="Prompt file: Spec-Bench or HumanEval JSONL, or text "
+                                                      "(one prompt a line).")] = None,
+    suite: Annotated[str | None, typer.Option(help="Built-in prompts: code, edit, chat, summarize, rag, math "
+                                                   "or all (default: all, unless --prompts).")] = None,
+    modes: Annotated[str | None, typer.Option(help="Modes, DRAFTER[:key=value,...] comma-separated, "
+                                                   "k = draft_max; the baseline is always run "
+                                                   "(default: baseline,draft,ngram).")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", "-n", help="Tokens per generation.")] = None,
+    repeat: Annotated[int, typer.Option(help="Runs of every prompt and mode.")] = 1,
+    temperature: Annotated[float | None, typer.Option("--temperature", "-t",
+                                                      help="0 = greedy (lossless check on).")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write every record and aggregate as JSON "
+                                                               "(- = stdout).")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per generation.")] = None,
+    markdown_out: Annotated[Path | None, typer.Option("--markdown", help="Write the summary table.")] = None,
+    sweep: Annotated[str | None, typer.Option(help="Grid of the profile's drafter, e.g. "
+                                                   "'draft-max=1..8,p-min=0,0.3,0.6'.")] = None,
+    write_profile: Annotated[str | None, typer.Option(help="Save the fastest lossless mode as a user "
+                                                           "profile NAME.")] = None,
+    peer: Annotated[str | None, typer.Option(help="Also run llama-cpp-python's prompt-lookup decoding: "
+                                                  "llama-cpp-python[:k=N,ngram_max=M].")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N prompts per category.")] = None,
+    categories: Annotated[str | None, typer.Option(help="Only these categories (comma-separated).")] = None,
+    turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache.")] = "first",
+    warmup: Annotated[bool, typer.Option(help="One unrecorded warm-up generation first.")] = True,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    ctx: Annotated[int | None, typer.Option(help="Context size in tokens.")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
+    n_gpu_layers: Annotated[int | None, typer.Option(help="Target layers on the GPU (-1 = all).")] = None,
+    draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
+) -> None:
+    opts = bench_module.BenchOptions(
+        profile=profile, prompts=prompts, suite=suite, modes=modes, max_tokens=max_tokens, repeat=repeat,
+        temperature=temperature, json_out=json_out, csv_out=csv_out, markdown_out=markdown_out, sweep=sweep,
+        write_profile=write_profile, peer=peer, limit=limit, categories=categories, turns=turns, warmup=warmup,
+        overrides={"target": target, "draft": draft, "ctx": ctx, "threads": threads, "n_gpu_layers": n_gpu_layers,
+                   "draft_n_gpu_layers": draft_n_gpu_layers},
+    )
+    code = guarded(lambda: bench_module.command(opts))
+    if code:
+        raise typer.Exit(code)
+
+
 def line_reader() -> Callable[[str], str]:
     """input() with line editing and history where readline exists."""
     with contextlib.suppress(ImportError):

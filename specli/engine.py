@@ -154,7 +154,10 @@ def generate(
     c.n_prompt_reused = n_reuse
     if drafter is not None:
         drafter.begin(history)
-    logits = target.decode(prompt[n_reuse:], [len(prompt) - n_reuse - 1])
+    # the last prompt token is decoded alone, so its logits (and the first token) do not
+    # depend on how much of the prompt was cached: large batches take other kernels
+    target.decode(prompt[n_reuse:-1])
+    logits = target.decode(prompt[-1:], [0])
     verdict = verifier(_EMPTY, logits, config.sampling, rng)
     c.t_prefill = time.perf_counter() - t_start
     emitted, reason = cut_at_stop([verdict.next_token], target.is_eog, config.max_tokens)
@@ -182,7 +185,7 @@ def generate(
         # 3. verify [last, d1..dk] in one target batch, logits for every row
         n_before = target.n_past
         batch = [history[-1], *draft.tokens]
-        logits = target.decode(batch, range(len(batch)))
+        logits = target.decode(batch, range(len(batch)), exact=True)
         verdict = verifier(draft, logits, config.sampling, rng)
         n_acc = verdict.n_accepted
 

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specli import registry
+from specli import calibration, registry
 from specli.backend import LoadOptions, Model, free_vocab_handle, read_vocab
-from specli.drafters import DraftModelDrafter, NgramDrafter
+from specli.controller import Costs
+from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, NgramDrafter
 from specli.engine import GenerationConfig
 from specli.errors import UsageError
 from specli.pair import check_pair
@@ -55,7 +56,7 @@ class Runtime:
     target: Model
     draft: Model | None = None
     n_common: int = 0
-    _drafter: Drafter | None = field(default=None, repr=False)
+    _costs: Costs | None = field(default=None, repr=False)
 
     def close(self) -> None:
         if self.draft is not None:
@@ -67,20 +68,41 @@ class Runtime:
         s = s or self.settings
         if s.drafter == "none" or s.draft_max == 0:
             return None
-        if s.drafter in ("draft", "hybrid", "auto"):
-            if self.draft is None:
-                raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
-            return DraftModelDrafter(
-                self.draft,
-                s.sampling(),
-                n_common=self.n_common,
-                n_vocab_out=self.target.n_vocab,
-                p_min=s.p_min,
-                draft_min=s.draft_min,
-            )
+        ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
         if s.drafter == "ngram":
-            return NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
-        raise UsageError(f"drafter '{s.drafter}' is not available yet", "use --drafter draft, ngram or none")
+            return ngram
+        if s.drafter == "auto":
+            model = self._draft_model_drafter(s) if self.draft is not None else None
+            return AutoDrafter(self.costs(s.draft_max), model, ngram)
+        if self.draft is None:
+            raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
+        if s.drafter == "hybrid":
+            return HybridDrafter(self._draft_model_drafter(s), ngram)
+        return self._draft_model_drafter(s)
+
+    def _draft_model_drafter(self, s: Settings) -> DraftModelDrafter:
+        assert self.draft is not None
+        return DraftModelDrafter(
+            self.draft,
+            s.sampling(),
+            n_common=self.n_common,
+            n_vocab_out=self.target.n_vocab,
+            p_min=s.p_min,
+            draft_min=s.draft_min,
+        )
+
+    def costs(self, k_max: int) -> Costs:
+        """This machine's measured costs (cached on disk), refined by every run."""
+        if self._costs is None or len(self._costs.verify) <= k_max:
+            s = self.settings
+            parts = [self.target.path.name, str(self.target.size_bytes), f"ngl{s.n_gpu_layers}",
+                     f"t{s.threads or 'auto'}", s.kv_type, s.flash_attn]
+            if self.draft is not None:
+                parts += [self.draft.path.name, str(self.draft.size_bytes), f"dngl{s.draft_n_gpu_layers}"]
+            context = self.target.tokenize("def calibrate(x):\n    return [i * i for i in range(x)]\n" * 4)[:64]
+            entry = calibration.load_or_measure("|".join(parts), self.target, self.draft, context, max(k_max, 8))
+            self._costs = Costs.from_measured(entry["verify"], entry["draft_step"])  # type: ignore[arg-type]
+        return self._costs
 
     def generation_config(self, s: Settings | None = None) -> GenerationConfig:
         s = s or self.settings

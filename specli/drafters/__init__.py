@@ -1,6 +1,8 @@
 """Drafters: each proposes tokens behind the `specli.types.Drafter` protocol."""
 
+from specli.drafters.auto import AutoDrafter
 from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.hybrid import HybridDrafter
 from specli.drafters.ngram import NgramDrafter
 
-__all__ = ["DraftModelDrafter", "NgramDrafter"]
+__all__ = ["AutoDrafter", "DraftModelDrafter", "HybridDrafter", "NgramDrafter"]

@@ -50,6 +50,8 @@ class DraftModelDrafter:
         self.rng = np.random.default_rng(None if sampling.seed is None else sampling.seed + 1)
         self._base = 0  # history length at the last proposal
         self._n_proposed = 0
+        self.catch_up_seconds = 0.0  # last proposal: decoding the tokens the cache lacked
+        self.step_seconds: list[float] = []  # last proposal: each one-token draft decode
 
     @property
     def decode_seconds(self) -> float:
@@ -70,7 +72,10 @@ class DraftModelDrafter:
         self._n_proposed = 0
         if k <= 0 or not pending or m.n_past + len(pending) + k > m.n_ctx:
             return Draft(source=self.name)
+        t0 = m.decode_seconds
         logits = m.decode(pending, [len(pending) - 1])[0]
+        self.catch_up_seconds = m.decode_seconds - t0
+        self.step_seconds = []
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         for i in range(k):
@@ -90,7 +95,9 @@ class DraftModelDrafter:
             tokens.append(tok)
             if i == k - 1:
                 break
+            t0 = m.decode_seconds
             logits = m.decode([tok], [0])[0]
+            self.step_seconds.append(m.decode_seconds - t0)
         self._n_proposed = len(tokens)
         return Draft(tokens, qs if self.stochastic else None, self.name)
 

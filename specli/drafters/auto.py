@@ -1,0 +1,85 @@
+"""The cost-aware controller as a drafter: each step it asks the n-gram index and
+weighs the draft model, then drafts with the (drafter, k) of highest expected
+tokens per second, or not at all (k = 0)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from specli.controller import AcceptanceStats, Choice, Costs, choose
+from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.ngram import NgramDrafter
+from specli.types import Draft
+
+
+class AutoDrafter:
+    name = "auto"
+
+    def __init__(
+        self,
+        costs: Costs,
+        draft: DraftModelDrafter | None = None,
+        ngram: NgramDrafter | None = None,
+        explore_every: int = 24,
+    ) -> None:
+        self.costs = costs
+        self.draft = draft
+        self.ngram = ngram
+        self.explore_every = explore_every
+        self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5)}
+        self.last = Choice("none", 0, 0.0)
+        self._since_tried = {"draft": 0, "ngram": 0}
+        self._used: tuple[str, int] | None = None
+        self._t_verify = 0.0
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.draft.decode_seconds if self.draft is not None else 0.0
+
+    def begin(self, history: Sequence[int]) -> None:
+        if self.draft is not None:
+            self.draft.begin(history)
+        if self.ngram is not None:
+            self.ngram.begin(history)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        available: dict[str, int] = {}
+        ngram_draft = Draft()
+        if self.ngram is not None:
+            ngram_draft = self.ngram.propose(history, k)
+            available["ngram"] = len(ngram_draft.tokens)
+        pending = 1
+        if self.draft is not None:
+            available["draft"] = k
+            pending = max(1, len(history) - self.draft.model.n_past)
+        choice = choose(self.costs, self.acceptance, available, pending)
+        for name, n in available.items():
+            if n > 0 and choice.drafter != name and self._since_tried[name] >= self.explore_every:
+                choice = Choice(name, min(2, n), 0.0)  # probe: estimates go stale otherwise
+                break
+        self.last = choice
+        if choice.drafter == "ngram":
+            d = Draft(ngram_draft.tokens[: choice.k], None, "ngram")
+        elif choice.drafter == "draft" and self.draft is not None:
+            d = self.draft.propose(history, choice.k)
+            for s in self.draft.step_seconds:
+                self.costs.draft_step.add(s)
+            d.source = "draft"
+        else:
+            d = Draft(source="none")
+        for name in self._since_tried:
+            self._since_tried[name] = 0 if name == choice.drafter else self._since_tried[name] + 1
+        self._used = (choice.drafter, len(d.tokens))
+        self._t_verify = time.perf_counter()
+        return d
+
+    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+        if self._used is not None:
+            name, n_drafted = self._used
+            self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify)
+            if name in self.acceptance and n_drafted > 0:
+                self.acceptance[name].update(n_drafted, n_accepted)
+            self._used = None
+        if self.draft is not None:
+            self.draft.accept(history, n_accepted)

@@ -1,0 +1,34 @@
+"""N-gram when the history has a confident match, the draft model otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.ngram import NgramDrafter
+from specli.types import Draft
+
+
+class HybridDrafter:
+    name = "hybrid"
+
+    def __init__(self, draft: DraftModelDrafter, ngram: NgramDrafter, min_match: int = 3) -> None:
+        self.draft, self.ngram, self.min_match = draft, ngram, min_match
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.draft.decode_seconds
+
+    def begin(self, history: Sequence[int]) -> None:
+        self.draft.begin(history)
+        self.ngram.begin(history)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        d = self.ngram.propose(history, k)
+        if d.tokens and self.ngram.last_match_n >= self.min_match:
+            return d
+        return self.draft.propose(history, k)
+
+    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+        self.draft.accept(history, n_accepted)
+        self.ngram.accept(history, n_accepted)

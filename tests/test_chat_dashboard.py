@@ -1,0 +1,154 @@
+"""Chat sessions driven through their input function; the dashboard on a recording console."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+from conftest import SMOL, model_file
+from rich.console import Console
+
+from specli import profiles
+from specli.chat import ChatSession
+from specli.dashboard import Dashboard, bar, stats_table
+from specli.engine import StepEvent
+from specli.metrics import Counters
+from specli.runtime import Runtime, open_runtime
+
+
+@pytest.fixture(scope="module")
+def rt() -> Iterator[Runtime]:
+    model_file(SMOL)
+    s = profiles.resolve_settings(None, {"target": SMOL, "draft": SMOL, "ctx": 1024, "max_tokens": 24,
+                                         "drafter": "draft", "draft_max": 3})
+    r = open_runtime(s)
+    yield r
+    r.close()
+
+
+def recording() -> Console:
+    return Console(file=io.StringIO(), record=True, width=120, color_system=None)
+
+
+def feed(lines: list[str]):  # type: ignore[no-untyped-def]
+    it = iter(lines)
+
+    def read(prompt: str) -> str:
+        try:
+            return next(it)
+        except StopIteration:
+            raise EOFError from None
+
+    return read
+
+
+def test_two_turns_reuse_the_cache_and_stats_show_it(rt: Runtime) -> None:
+    rt.target.reset()
+    con = recording()
+    chat = ChatSession(rt, con)
+    chat.run(feed(["Say hello.", "Now say goodbye.", "/stats"]))
+    assert len(chat.turns) == 2
+    first, second = chat.turns
+    assert first.counters.n_prompt_reused == 0
+    assert second.counters.n_prompt_reused > first.counters.n_prompt
+    out = con.export_text()
+    assert "reused from cache" in out and "session" in out and "last turn" in out
+
+
+def test_reset_clears_history_and_caches(rt: Runtime) -> None:
+    con = recording()
+    chat = ChatSession(rt, con)
+    chat.run(feed(["Say hello.", "/reset", "Say hello."]))
+    assert len(chat.turns) == 1
+    assert chat.turns[0].counters.n_prompt_reused == 0
+    assert "cleared" in con.export_text()
+
+
+def test_interrupted_reply_keeps_the_session(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    import specli.chat as chat_mod
+
+    real = chat_mod.generate
+
+    def interrupting(*a, **kw):  # type: ignore[no-untyped-def]
+        for i, ev in enumerate(real(*a, **kw)):
+            if i == 2:
+                raise KeyboardInterrupt
+            yield ev
+
+    con = recording()
+    chat = ChatSession(rt, con)
+    monkeypatch.setattr(chat_mod, "generate", interrupting)
+    chat.run(feed(["Write a long poem about the sea."]))
+    monkeypatch.setattr(chat_mod, "generate", real)
+    assert chat.turns[0].finish_reason == "interrupted"
+    assert chat.turns[0].assistant  # what was generated is kept
+    chat.run(feed(["Say hi."]))
+    assert len(chat.turns) == 2 and chat.turns[1].finish_reason in ("stop", "length")
+    assert "session goes on" in con.export_text()
+
+
+def test_set_system_save_and_help(rt: Runtime, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    con = recording()
+    chat = ChatSession(rt, con)
+    chat.run(feed(["/set temperature 0.5", "/set temperature -2", "/set ctx 10", "/system Be terse.",
+                   "Hi", f"/save {tmp_path / 't.json'}", f"/save {tmp_path / 't.md'}", "/help", "/bogus", "/exit",
+                   "never read"]))
+    assert chat.settings.temperature == 0.5
+    out = con.export_text()
+    assert "temperature" in out and "expected" in out  # the bad value was refused
+    assert "restart" in out  # ctx needs a reload
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["system"] == "Be terse." and data["turns"][0]["user"] == "Hi"
+    assert "## assistant" in (tmp_path / "t.md").read_text()
+    assert "/stats" in out and "unknown command" in out
+    assert len(chat.turns) == 1
+
+
+def test_old_turns_are_dropped_when_the_context_fills(rt: Runtime) -> None:
+    con = recording()
+    chat = ChatSession(rt, con)
+    long = "Repeat this sentence back to me please. " * 30
+    chat.run(feed([long] * 5))
+    assert chat.n_dropped > 0
+    assert "leaving out the oldest turn" in con.export_text()
+    assert all(t.finish_reason in ("stop", "length") for t in chat.turns)
+
+
+def _event(n: int, drafted: int, accepted: int, reason: str | None = None) -> StepEvent:
+    c = Counters(n_prompt=10, n_generated=n, n_target_forwards=3, n_step_tokens=n, n_drafted=drafted,
+                 n_accepted=accepted, drafted_by_pos=[3, 3], accepted_by_pos=[3, 1], t_total=2.0,
+                 t_prefill=0.5, t_draft=0.5, t_verify=0.8, t_first_token=0.5)
+    return StepEvent([1, 2], "ab", [("a", True), ("b", False)], [True, False], drafted, accepted, "draft", c, reason)
+
+
+def test_dashboard_renders_the_figures() -> None:
+    con = recording()
+    dash = Dashboard(con)
+    dash.update(_event(6, 6, 4))
+    dash.update(_event(8, 6, 4, "stop"))
+    con.print(dash.render())
+    out = con.export_text()
+    assert "66.7%" in out and "(4/6 drafted)" in out  # acceptance
+    assert "2.67 over 3 target forwards" in out  # tokens per forward
+    assert "pos 1" in out and "100%" in out and "pos 2" in out and "33%" in out
+    assert "4.0 tok/s overall" in out
+    assert "abab" in out and "stats (stop)" in out
+
+
+def test_dashboard_colours_draft_tokens() -> None:
+    con = Console(file=io.StringIO(), record=True, width=80, color_system="truecolor", force_terminal=True)
+    dash = Dashboard(con)
+    dash.update(_event(2, 2, 1))
+    assert any(seg.style and "green" in str(seg.style) for seg in dash.text().render(con))
+    plain = Dashboard(con, color_draft=False)
+    plain.update(_event(2, 2, 1))
+    assert not any(seg.style and "green" in str(seg.style) for seg in plain.text().render(con))
+
+
+def test_bar_and_table() -> None:
+    assert bar(0.5, 10) == "█████·····"
+    con = recording()
+    con.print(stats_table(Counters()))
+    assert "0.0%" in con.export_text()

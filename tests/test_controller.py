@@ -1,0 +1,87 @@
+"""Cost-aware controller decisions with injected costs and acceptance (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specli.controller import AcceptanceStats, Costs, best_k, choose, expected_tokens
+
+
+def test_expected_tokens() -> None:
+    assert expected_tokens([0.5, 0.5], 0) == 1.0
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([1.0], 3) == 4.0  # past known positions: last rate reused
+
+
+def test_nothing_accepted_means_plain_decoding() -> None:
+    assert best_k([1.0, 1.1, 1.2], [0, 0, 0], [0.0, 0.0], 2)[0] == 0
+
+
+def test_free_drafts_always_accepted_use_every_position() -> None:
+    assert best_k([1.0] * 9, [0.0] * 9, [1.0] * 8, 8) == (8, 9.0)
+
+
+def test_cpu_q4_regime_draft_model_barely_pays() -> None:
+    # the issue's measurements: v(k) ~ 1 + k/2 steps, draft token 0.5 step, acceptance 0.9
+    verify = [1.0, 1.3, 1.7, 2.1, 2.5]
+    draft = [0.0, 0.5, 1.0, 1.5, 2.0]
+    k, speed = best_k(verify, draft, [0.9] * 4, 4)
+    assert k == 1 and speed == pytest.approx(1.9 / 1.8)  # barely: about 1.06x
+    k, speed = best_k(verify, draft, [0.75] * 4, 4)
+    assert k == 0 and speed == 1.0
+    # the same with an n-gram drafter that costs nothing: long drafts pay
+    k, speed = best_k(verify, [0.0] * 5, [0.9] * 4, 4)
+    assert k == 4 and speed == pytest.approx(expected_tokens([0.9] * 4, 4) / 2.5)
+
+
+def test_f16_regime_draft_model_pays() -> None:
+    verify = [1.0, 1.1, 1.25, 1.35, 1.4, 1.5]
+    draft = [0.0] + [0.25 * k for k in range(1, 6)]
+    k, speed = best_k(verify, draft, [0.9] * 5, 5)
+    assert k >= 3 and speed > 1.5
+
+
+@given(
+    verify=st.lists(st.floats(0.01, 10), min_size=1, max_size=9),
+    per_token=st.floats(0, 2),
+    acceptance=st.lists(st.floats(0, 1), min_size=1, max_size=8),
+)
+def test_best_k_is_the_argmax_of_expected_speed(verify: list[float], per_token: float, acceptance: list[float]) -> None:
+    k_max = len(verify) - 1
+    draft = [per_token * k for k in range(len(verify))]
+    k, speed = best_k(verify, draft, acceptance, k_max)
+    speeds = [expected_tokens(acceptance, j) / (verify[j] + draft[j]) for j in range(k_max + 1)]
+    assert speed == pytest.approx(max(speeds))
+    assert speeds[k] == pytest.approx(max(speeds))
+
+
+def test_choose_prefers_the_cheaper_drafter_and_can_turn_off() -> None:
+    costs = Costs.from_measured([1.0, 1.3, 1.7, 2.1, 2.5], draft_step=0.5)
+    good, bad = AcceptanceStats(prior=0.95), AcceptanceStats(prior=0.05)
+    c = choose(costs, {"draft": good, "ngram": good}, {"draft": 4, "ngram": 4})
+    assert c.drafter == "ngram" and c.k == 4
+    c = choose(costs, {"draft": bad, "ngram": bad}, {"draft": 4, "ngram": 4})
+    assert c.drafter == "none" and c.k == 0
+    so_so = AcceptanceStats(prior=0.75)
+    c = choose(costs, {"draft": so_so, "ngram": so_so}, {"draft": 4, "ngram": 0})
+    assert c.drafter == "none"  # the draft model costs too much here
+    fast = Costs.from_measured([1.0, 1.1, 1.25, 1.35, 1.4], draft_step=0.1)
+    c = choose(fast, {"draft": good, "ngram": good}, {"draft": 4, "ngram": 0})
+    assert c.drafter == "draft" and c.k >= 3
+
+
+def test_acceptance_stats_are_conditional_per_position() -> None:
+    s = AcceptanceStats(prior=0.5, prior_weight=0.0, decay=1.0)
+    s.update(4, 4)  # all accepted
+    s.update(4, 1)  # first accepted, second rejected, 3 and 4 never tried
+    assert s.drafted[:4] == [2, 2, 1, 1]
+    assert s.rates(4) == [1.0, 0.5, 1.0, 1.0]
+
+
+def test_costs_refine_online() -> None:
+    costs = Costs.from_measured([1.0, 2.0], draft_step=0.5)
+    for _ in range(100):
+        costs.observe_verify(1, 1.0)
+    assert costs.verify_costs()[1] == pytest.approx(1.0, abs=1e-3)
