@@ -12,6 +12,7 @@ import collections
 import contextlib
 import ctypes
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ FLASH_ATTN = {
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 QUANT_FTYPES = {"f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16}
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
+_MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 EXACT_BATCH = 7
 EXACT_BATCH_REPACK = 3
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
@@ -473,14 +476,23 @@ class Model:
         return fmt(messages=list(messages)).prompt  # type: ignore[arg-type]
 
     def chat_tokens(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Tokens of a rendered chat: special-token text from the template is parsed as
-        control tokens; the template supplies BOS itself if it wants one."""
-        text = self.apply_chat_template(messages, add_generation_prompt)
+        """Tokens of a rendered chat. The template's own special-token text becomes
+        control tokens; the messages' text never does (a user typing "<|im_end|>" gets
+        those characters, not an end of turn)."""
+        marked = [dict(m, content=f"{_MARK_OPEN}{i}{_MARK_CLOSE}") for i, m in enumerate(messages)]
+        text = self.apply_chat_template(marked, add_generation_prompt)
         info = self.vocab.info()
         bos_text = self.vocab.token_text(info.bos).decode("utf-8", "replace") if info.bos >= 0 else ""
         add_bos = info.add_bos and not (bos_text and text.startswith(bos_text))
-        toks = self.vocab.tokenize(text, add_special=False, parse_special=True)
-        return ([info.bos] if add_bos else []) + toks
+        toks: list[int] = [info.bos] if add_bos else []
+        for i, part in enumerate(_MARK_RE.split(text)):
+            if not part:
+                continue
+            if i % 2:  # a message's content
+                toks += self.vocab.tokenize(messages[int(part)]["content"], add_special=False, parse_special=False)
+            else:
+                toks += self.vocab.tokenize(part, add_special=False, parse_special=True)
+        return toks
 
 
 def quantize_model(src: Path, dst: Path, ftype: str = "f16", threads: int | None = None) -> None:
@@ -498,6 +510,42 @@ def quantize_model(src: Path, dst: Path, ftype: str = "f16", threads: int | None
         raise ModelError(f"llama.cpp could not requantize {src.name} to {ftype} (code {rc})")
 
 
+def _int_meta(handle: Any, key: str) -> int:
+    v = _meta(handle, key)
+    try:
+        return int(v) if v is not None else 0
+    except ValueError:
+        return 0
+
+
+def _kv_bytes_per_token(handle: Any) -> int:
+    """K and V cache bytes per context token at F16 (0 when the metadata is incomplete)."""
+    arch = _meta(handle, "general.architecture") or ""
+
+    def num(key: str) -> int:
+        return _int_meta(handle, f"{arch}.{key}")
+
+    n_layer, n_embd, n_head = num("block_count"), num("embedding_length"), num("attention.head_count")
+    n_head_kv = num("attention.head_count_kv") or n_head
+    if not (n_layer and n_embd and n_head):
+        return 0
+    k_len = num("attention.key_length") or n_embd // n_head
+    v_len = num("attention.value_length") or n_embd // n_head
+    return n_layer * n_head_kv * (k_len + v_len) * 2
+
+
+def available_memory() -> int | None:
+    """MemAvailable in bytes (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def read_model_info(path: Path) -> dict[str, Any]:
     """GGUF metadata without loading weights: architecture, vocabulary, template."""
     vocab, handle = read_vocab(path)
@@ -507,13 +555,14 @@ def read_model_info(path: Path) -> dict[str, Any]:
         return {
             "architecture": _meta(handle, "general.architecture") or "unknown",
             "model_name": _meta(handle, "general.name") or path.stem,
-            "context_length": int(llama_cpp.llama_model_n_ctx_train(handle)),
+            "context_length": _int_meta(handle, f"{_meta(handle, 'general.architecture')}.context_length"),
             "vocab_type": info.vocab_type,
             "n_vocab": info.n_vocab,
             "bos": info.bos,
             "eos": info.eos,
             "add_bos": info.add_bos,
             "has_chat_template": bool(tmpl),
+            "kv_bytes_per_token": _kv_bytes_per_token(handle),
         }
     finally:
         free_vocab_handle(handle)

@@ -15,7 +15,7 @@ from rich.table import Table
 from specli import metrics, profiles
 from specli.dashboard import Dashboard, colored_text, stats_table, summary_line
 from specli.engine import generate
-from specli.errors import SpecliError
+from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
 from specli.runtime import Runtime
 
@@ -66,6 +66,8 @@ class ChatSession:
         while True:
             try:
                 line = read("> ")
+            except Terminated:
+                raise
             except (EOFError, KeyboardInterrupt):
                 self.console.print()
                 return
@@ -166,6 +168,9 @@ class ChatSession:
                     counters, finish = ev.counters, ev.finish_reason
                     self.console.print(colored_text(ev.segments, self.color_draft), end="")
                 self.console.print()
+        except Terminated:
+            self.turns.append(Turn(user, "".join(parts), counters, "terminated"))
+            raise
         except KeyboardInterrupt:
             finish = "interrupted"
             self.console.print("\n[yellow]reply stopped; the session goes on[/]")

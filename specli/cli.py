@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from specli import metrics, profiles, registry
-from specli.errors import EXIT_INTERRUPTED, SpecliError, UsageError
+from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, Terminated, UsageError
 from specli.profiles import Settings
 
 app = typer.Typer(
@@ -37,15 +38,27 @@ def err_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def guarded(fn: Callable[[], T]) -> T:
-    """Run a command body: SpecliError -> one line + its exit code; Ctrl-C -> 130."""
+    """Run a command body: SpecliError -> one line + its exit code; Ctrl-C -> 130,
+    SIGTERM -> 143; a closed stdout -> quiet exit; anything else -> one line (or the
+    traceback with --debug / SPECLI_DEBUG=1)."""
+    with contextlib.suppress(ValueError):  # not in the main thread
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    debug = bool(os.environ.get("SPECLI_DEBUG"))
     try:
         return fn()
     except SpecliError as e:
-        if os.environ.get("SPECLI_DEBUG"):
+        if debug:
             raise
         err_console().print(f"[bold red]error:[/] {e.one_line()}", markup=True, soft_wrap=True)
         raise typer.Exit(e.exit_code) from None
+    except Terminated:
+        err_console().print("terminated")
+        raise typer.Exit(EXIT_TERMINATED) from None
     except KeyboardInterrupt:
         err_console().print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -54,6 +67,27 @@ def guarded(fn: Callable[[], T]) -> T:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         raise typer.Exit(0) from None
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as e:
+        if debug:
+            raise
+        err_console().print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (rerun with --debug for "
+                            "the traceback and report it)", markup=True, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+@app.callback()
+def _options(
+    debug: Annotated[bool, typer.Option("--debug", help="Show llama.cpp's log and Python tracebacks.")] = False,
+) -> None:
+    if debug:
+        os.environ["SPECLI_DEBUG"] = "1"
+
+
+def print_notes(notes: list[str]) -> None:
+    for note in notes:
+        err_console().print(f"[yellow]note:[/] {note}", markup=True, soft_wrap=True)
 
 
 # ------------------------------------------------------------------------ models
@@ -261,6 +295,7 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
     from specli.runtime import open_runtime
 
     rt = open_runtime(s)
+    print_notes(rt.notes)
     out = sys.stdout
     parts: list[str] = []
     last = None
@@ -282,7 +317,10 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
                     out.write(ev.text)
                     out.flush()
     except KeyboardInterrupt:
-        if not as_json and not live:
+        if as_json:  # what was generated is not lost
+            print(json.dumps(result_json(s, parts, last.counters if last else metrics.Counters(), "interrupted"),
+                             indent=2))
+        elif not live:
             out.write("\n")
             out.flush()
         raise
@@ -291,19 +329,23 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
     assert last is not None
     c = last.counters
     if as_json:
-        print(json.dumps({
-            "text": "".join(parts),
-            "n_tokens": c.n_generated,
-            "finish_reason": last.finish_reason,
-            "settings": profiles.settings_to_dict(s),
-            "metrics": metrics.summary(c),
-        }, indent=2))
+        print(json.dumps(result_json(s, parts, c, last.finish_reason), indent=2))
         return
     if not live:
         out.write("\n")
         out.flush()
     if not quiet:
         err_console().print(summary_line(c, last.finish_reason), highlight=False)
+
+
+def result_json(s: Settings, parts: list[str], c: metrics.Counters, finish_reason: str | None) -> dict[str, Any]:
+    return {
+        "text": "".join(parts),
+        "n_tokens": c.n_generated,
+        "finish_reason": finish_reason,
+        "settings": profiles.settings_to_dict(s),
+        "metrics": metrics.summary(c),
+    }
 
 
 @app.command()
@@ -339,6 +381,7 @@ def chat(
         given = {k: v for k, v in overrides.items() if v is not None}
         s = profiles.resolve_settings(profile, given)
         rt = open_runtime(s)
+        print_notes(rt.notes)
         try:
             console = Console()
             session = ChatSession(rt, console, profile=profile, overrides=dict(given),

@@ -58,3 +58,8 @@ class BackendError(SpecliError):
 
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C (stop, keep what was produced) but never resumed."""

@@ -6,15 +6,23 @@ Shared by every command (generate, chat, bench) so they wire things the same way
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specli import calibration, registry
-from specli.backend import LoadOptions, Model, free_vocab_handle, read_vocab
+from specli.backend import (
+    LoadOptions,
+    Model,
+    available_memory,
+    free_vocab_handle,
+    read_model_info,
+    read_vocab,
+    supports_gpu_offload,
+)
 from specli.controller import Costs
 from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, NgramDrafter
 from specli.engine import GenerationConfig
-from specli.errors import UsageError
+from specli.errors import ModelError, UsageError
 from specli.pair import check_pair
 from specli.profiles import Settings
 from specli.types import Drafter
@@ -56,6 +64,7 @@ class Runtime:
     target: Model
     draft: Model | None = None
     n_common: int = 0
+    notes: list[str] = field(default_factory=list)  # things the user should be told
     _costs: Costs | None = field(default=None, repr=False)
 
     def close(self) -> None:
@@ -124,17 +133,48 @@ class Runtime:
         return [*msgs, *history, {"role": "user", "content": user}]
 
 
+KV_BYTES = {"f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
+
+
+def fit_context(s: Settings, path: Path, notes: list[str]) -> int:
+    """The context to ask for: the setting, capped at what the model was trained for,
+    refused early when model + KV cache cannot fit in free memory (CPU only)."""
+    info = read_model_info(path)
+    n_ctx = s.ctx
+    trained = int(info.get("context_length") or 0)
+    if trained and n_ctx > trained:
+        notes.append(f"{path.name} was trained for {trained} tokens of context: using {trained}, not {n_ctx}")
+        n_ctx = trained
+    avail = available_memory()
+    if avail is not None and not supports_gpu_offload():
+        need = path.stat().st_size + int(info.get("kv_bytes_per_token", 0) * KV_BYTES[s.kv_type]) * n_ctx
+        if need > avail:
+            raise ModelError(
+                f"{path.name} with a {n_ctx}-token context needs about {need / 2**30:.1f} GiB "
+                f"but only {avail / 2**30:.1f} GiB of memory is free",
+                "lower --ctx, use --kv-type q8_0 or a smaller model",
+            )
+    return n_ctx
+
+
 def open_runtime(s: Settings) -> Runtime:
     """Resolve names, check the pair on tokenizers, then load the weights."""
     target_path = registry.resolve(s.target)
     draft_path = registry.resolve(s.draft) if uses_draft_model(s) and s.draft else None
     n_common = check_pair_files(target_path, draft_path) if draft_path else 0
-    target = Model(target_path, load_options(s, for_draft=False))
+    notes: list[str] = []
+    target_opts = replace(load_options(s, for_draft=False), n_ctx=fit_context(s, target_path, notes))
+    draft_opts = None
+    if draft_path is not None:
+        # the draft never needs more context than the target; with less it stops drafting
+        draft_ctx = min(fit_context(s, draft_path, notes), target_opts.n_ctx)
+        draft_opts = replace(load_options(s, for_draft=True), n_ctx=draft_ctx)
+    target = Model(target_path, target_opts)
     draft = None
     try:
-        if draft_path is not None:
-            draft = Model(draft_path, load_options(s, for_draft=True))
+        if draft_path is not None and draft_opts is not None:
+            draft = Model(draft_path, draft_opts)
     except BaseException:
         target.close()
         raise
-    return Runtime(s, target, draft, n_common or target.n_vocab)
+    return Runtime(s, target, draft, n_common or target.n_vocab, notes=notes)
