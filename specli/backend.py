@@ -23,6 +23,7 @@ import llama_cpp
 import numpy as np
 
 from specli.errors import BackendError, ContextError, ModelError
+from specli.gguf import validate_gguf
 
 GGUF_MAGIC = b"GGUF"
 KV_TYPES = {
@@ -132,6 +133,9 @@ def check_gguf_header(path: Path) -> None:
     version = int.from_bytes(head[4:8], "little")
     if version not in (2, 3):
         raise ModelError(f"unsupported GGUF version {version} in {path}", "expected version 2 or 3")
+    # a bounded reader checks header, metadata and tensor table: damaged files that
+    # would crash llama.cpp are refused here with a clear message
+    validate_gguf(path)
 
 
 def _model_params(opts: LoadOptions, vocab_only: bool = False) -> tuple[Any, Any]:

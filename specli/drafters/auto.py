@@ -12,6 +12,8 @@ from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.types import Draft
 
+OPTIMISTIC_ACCEPTANCE = 0.95
+
 
 class AutoDrafter:
     name = "auto"
@@ -56,8 +58,13 @@ class AutoDrafter:
         choice = choose(self.costs, self.acceptance, available, pending)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self.explore_every:
-                choice = Choice(name, min(2, n), 0.0)  # probe: estimates go stale otherwise
-                break
+                # probe (estimates go stale otherwise), but only a drafter that could win
+                # at the acceptance a good stretch of text gives
+                hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
+                if choose(self.costs, hopeful, {name: n}, pending).speed > choice.speed:
+                    choice = Choice(name, min(2, n), 0.0)
+                    break
+                self._since_tried[name] = 0
         self.last = choice
         if choice.drafter == "ngram":
             d = Draft(ngram_draft.tokens[: choice.k], None, "ngram")

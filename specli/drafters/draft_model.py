@@ -58,11 +58,9 @@ class DraftModelDrafter:
         return self.model.decode_seconds
 
     def begin(self, history: Sequence[int]) -> None:
-        n_keep = min(common_prefix_len(self.model.tokens, history), len(history))
-        self.model.rollback(n_keep)
-        room = self.model.n_ctx - 1
-        if len(history) <= room:
-            self.model.decode(history[n_keep:])
+        # keep the common prefix; the rest is decoded by the first proposal, so a
+        # controller that never asks this drafter never pays for its prefill
+        self.model.rollback(min(common_prefix_len(self.model.tokens, history), len(history)))
         self._n_proposed = 0
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
