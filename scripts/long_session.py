@@ -9,7 +9,7 @@ disturbs less) every --every turns/generations. Prints a table and writes JSON t
 Not a test: it asserts nothing, it measures.
 
 Usage: scripts/long_session.py [--turns 200] [--generations 500] [--model NAME]
-                               [--max-tokens 16] [--ctx 1024] [--threads N] [--out long_session.json]
+                               [--max-tokens 16] [--ctx 8192] [--threads N] [--out long_session.json]
 
 The JSON is rewritten after every row, so an interrupted run keeps what it measured.
 """
@@ -183,8 +183,9 @@ def main() -> int:
     ap.add_argument("--generations", type=int, default=500)
     ap.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="target and draft model")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--ctx", type=int, default=1024,
-                    help="context window; the chat fills it after ~30 turns, then drops its oldest turns")
+    ap.add_argument("--ctx", type=int, default=8192,
+                    help="context window (default: SmolLM2's 8192, which holds all 200 short turns); "
+                         "with --ctx 1024 the chat is full after ~30 turns and drops its oldest turns")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's choice)")
     ap.add_argument("--every", type=int, default=50, help="record a row every N turns / generations")

@@ -52,7 +52,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specli import metrics, profiles
-from specli.errors import EXIT_INTERRUPTED, ProfileError, SpecliError, UsageError
+from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProfileError, SpecliError, Terminated, UsageError
 from specli.metrics import Counters
 from specli.profiles import Settings
 from specli.suites import SUITE_NAMES, Prompt, suite
@@ -826,6 +826,7 @@ class BenchResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    stopped_by: str | None = None  # "Ctrl-C" or "SIGTERM" when interrupted
     error: str | None = None
     started: str = ""
     seconds: float = 0.0
@@ -1038,6 +1039,7 @@ def document(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Se
         "seconds": result.seconds,
         "complete": not result.interrupted and result.error is None,
         "interrupted": result.interrupted,
+        "stopped_by": result.stopped_by,
         "error": result.error,
         "options": {
             "profile": o.profile, "prompts": str(o.prompts) if o.prompts else None, "suite": o.suite,
@@ -1211,15 +1213,16 @@ def report(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Sequ
         console.print(f"[green]lossless check passed: {compared} outputs identical to the baseline "
                       "(temperature 0)[/]")
     if result.interrupted:
-        console.print(f"[yellow]interrupted: {len(result.records)} of {plan.n_generations} generations "
-                      "measured[/]")
+        how = "terminated (SIGTERM)" if result.stopped_by == "SIGTERM" else "interrupted"
+        console.print(f"[yellow]{how}: {len(result.records)} of {plan.n_generations} generations measured[/]")
 
 
 def command(opts: BenchOptions, *, verifier: Verifier | None = None, console: Console | None = None,
             err_console: Console | None = None) -> int:
-    """`specli bench` from start to end. Returns the exit code (0, or 130 when
-    interrupted); raises LosslessError (exit 9) after writing every output when a
-    mode's tokens differ from the baseline's at temperature 0."""
+    """`specli bench` from start to end. Returns the exit code (0; 130 after Ctrl-C,
+    143 after SIGTERM, both once the results so far are written and shown); raises
+    LosslessError (exit 9) after writing every output when a mode's tokens differ
+    from the baseline's at temperature 0."""
     err = err_console or Console(stderr=True, highlight=False)
     if console is None:
         console = err if opts.json_out == "-" else Console(highlight=False)
@@ -1231,8 +1234,9 @@ def command(opts: BenchOptions, *, verifier: Verifier | None = None, console: Co
     failure: SpecliError | None = None
     try:
         execute(plan, result, verifier, err)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated) under the CLI's handler
         result.interrupted = True
+        result.stopped_by = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
     except SpecliError as e:
         failure = e
         result.error = e.one_line()
@@ -1255,7 +1259,7 @@ def command(opts: BenchOptions, *, verifier: Verifier | None = None, console: Co
     if result.interrupted:
         if opts.write_profile:
             err.print("[yellow]--write-profile skipped: the run was interrupted[/]")
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
     if opts.write_profile:
         if best is None:
             err.print("[yellow]--write-profile: no drafting mode finished without a mismatch; nothing written[/]")

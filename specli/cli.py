@@ -398,7 +398,7 @@ from specli import bench as bench_module  # noqa: E402 - light: no model code at
 
 @app.command(help="Measure drafting modes against plain decoding on a prompt set, checking that "
                   "greedy outputs are identical (lossless). Exit codes: 0 ok, 9 an output differed "
-                  "from the baseline, 130 interrupted (results so far are still written), others as "
+                  "from the baseline, 130 Ctrl-C / 143 SIGTERM (results so far are still written), others as "
                   "for every command.\n\nDefinitions:\n\n" + bench_module.DEFINITIONS)
 def bench(
     profile: ProfileOpt = None,

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from specli import bench, profiles
 from specli.bench import BenchOptions, Mode
-from specli.errors import EXIT_INTERRUPTED, ProfileError, UsageError
+from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProfileError, Terminated, UsageError
 from specli.metrics import Counters
 from specli.suites import SUITE_NAMES, SUITES, Prompt, suite
 from specli.types import Draft, SamplingParams, Verdict
@@ -382,18 +382,21 @@ def test_broken_verifier_fails_the_lossless_check(tmp_path: Path) -> None:
         assert r["tokens"][: x["first_diff"]] == b["tokens"][: x["first_diff"]]
 
 
-def test_interrupt_keeps_results_and_returns_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("stop", "code", "how"), [(KeyboardInterrupt, EXIT_INTERRUPTED, "Ctrl-C"),
+                                                   (Terminated, EXIT_TERMINATED, "SIGTERM")])
+def test_interrupt_keeps_results(tmp_path: Path, stop: type[BaseException], code: int, how: str) -> None:
     def interrupting(draft: Draft, logits: np.ndarray, sampling: SamplingParams,
                      rng: np.random.Generator) -> Verdict:
-        if draft.tokens:  # only the second mode drafts: Ctrl-C in its first generation
-            raise KeyboardInterrupt
+        if draft.tokens:  # only the second mode drafts: stopped in its first generation
+            raise stop
         return Verdict(0, int(logits[0].argmax()))
 
     opts = _smol_opts(modes="baseline,draft:k=2,p_min=0", max_tokens=8, warmup=False, json_out=str(tmp_path / "b.json"),
                       markdown_out=tmp_path / "b.md")
-    assert bench.command(opts, verifier=interrupting) == EXIT_INTERRUPTED
+    assert bench.command(opts, verifier=interrupting) == code
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["interrupted"] and not doc["complete"] and len(doc["records"]) == 1
+    assert doc["stopped_by"] == how
     assert (tmp_path / "b.md").read_text().startswith("| mode |")
 
 

@@ -21,7 +21,7 @@ PROMPTS = [
     "Write a Python function that merges two sorted lists, with a docstring and two doctests.",
     "Explain in detail how a hash map handles collisions, with an example in C.",
     "Write a bash script that backs up a directory to a tarball named with today's date.",
-    "Translate to German: The weather is lovely today and we are going to walk by the river.",
+    "Write a Python class implementing an LRU cache with get and put, with docstrings and unit tests.",
     "List ten tips for writing readable SQL queries, each with a one-line example.",
 ]
 
