@@ -182,7 +182,6 @@ class Vocab:
         self._ptr = vocab_ptr
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab_ptr))
         self._pieces: list[bytes | None] = [None] * self.n_vocab
-        self._eog: np.ndarray | None = None
 
     def info(self) -> VocabInfo:
         p = self._ptr
@@ -201,14 +200,6 @@ class Vocab:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._ptr, token))
-
-    def eog_ids(self) -> frozenset[int]:
-        if self._eog is None:
-            self._eog = np.array(
-                [t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._ptr, t)],
-                dtype=np.int64,
-            )
-        return frozenset(int(t) for t in self._eog)
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
         data = text.encode("utf-8")

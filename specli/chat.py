@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from specli import metrics, profiles
 from specli.dashboard import Dashboard, colored_text, stats_table, summary_line
@@ -222,6 +221,3 @@ class ChatSession:
             return
         self.console.print(f"saved {len(self.turns)} turns to {path}")
 
-
-def stats_summary(session: ChatSession) -> Table:
-    return stats_table(session.session)
