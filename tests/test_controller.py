@@ -85,3 +85,46 @@ def test_costs_refine_online() -> None:
     for _ in range(100):
         costs.observe_verify(1, 1.0)
     assert costs.verify_costs()[1] == pytest.approx(1.0, abs=1e-3)
+
+
+# ------------------------------------------------------------------ auto drafter (n-gram only)
+
+def _replay_auto(auto, history: list[int], future: list[int], k_max: int) -> list[tuple[int, int]]:
+    """Drive `auto` as the engine would, accepting draft tokens that match `future`;
+    returns (match length n, tokens drafted) per step."""
+    from specli.drafters.ngram import NgramDrafter
+
+    assert isinstance(auto.ngram, NgramDrafter)
+    auto.begin(history)
+    steps, i = [], 0
+    while i < len(future) - 1:
+        d = auto.propose(history, k_max)
+        steps.append((auto.ngram.last_match_n, len(d.tokens)))
+        n_acc = 0
+        while n_acc < len(d.tokens) and i + n_acc < len(future) and d.tokens[n_acc] == future[i + n_acc]:
+            n_acc += 1
+        history.extend(future[i : i + n_acc + 1])
+        i += n_acc + 1
+        auto.accept(history, n_acc)
+    return steps
+
+
+def test_auto_learns_acceptance_per_match_length() -> None:
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    # 4-gram matches continue as before, 2-gram matches never do
+    costs = Costs.from_measured([1.0, 1.2, 1.4, 1.6, 1.8], 0.0)
+    costs.observe_verify = lambda k, s: None  # type: ignore[method-assign]
+    auto = AutoDrafter(costs, None, NgramDrafter(2, 4), explore_every=10**9)
+    block = [10, 11, 12, 13, 14, 15, 16, 17]
+    history = list(block)
+    future: list[int] = []
+    for r in range(40):
+        future += [10, 11, 90 + r]  # a 2-gram seen before, then something new
+        future += block  # repeats: once inside, the 4-gram suffix always matches
+    _replay_auto(auto, history, future, 4)
+    assert auto.ngram_by_n[2].rates(1)[0] < 0.2
+    assert auto.ngram_by_n[4].rates(1)[0] > 0.8
+    late = _replay_auto(auto, history, [10, 11, 99, *block, 10, 11, 98, *block], 4)
+    assert all(k == 0 for n, k in late if n == 2) and any(k > 0 for n, k in late if n == 4)

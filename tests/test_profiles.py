@@ -181,7 +181,7 @@ def test_precedence_defaults_profile_overrides(tmp_path: Path) -> None:
 
 def test_no_profile_uses_shipped_default() -> None:
     s = resolve_settings()
-    assert (s.drafter, s.draft_max, s.p_min) == ("draft", 3, 0.5)
+    assert (s.drafter, s.draft_max, s.p_min) == ("auto", 8, 0.5)
     assert s == resolve_settings("default")
 
 
@@ -446,7 +446,7 @@ def test_shipped_profiles_validate(name: str) -> None:
 def test_shipped_profile_values() -> None:
     d = resolve_settings("default")
     assert (d.target, d.draft) == ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
-    assert (d.drafter, d.draft_max, d.p_min) == ("draft", 3, 0.5)
+    assert (d.drafter, d.draft_max, d.p_min) == ("auto", 8, 0.5)
     g = resolve_settings("gpu")
     assert (g.n_gpu_layers, g.draft_n_gpu_layers, g.draft_max, g.p_min, g.flash_attn) == (
         -1,
@@ -456,7 +456,7 @@ def test_shipped_profile_values() -> None:
         "on",
     )
     f = resolve_settings("f16")
-    assert (f.target, f.draft_max, f.p_min) == ("qwen2.5-coder-1.5b-instruct-f16", 5, 0.3)
+    assert (f.target, f.draft_max, f.p_min) == ("qwen2.5-coder-1.5b-instruct-f16", 8, 0.3)
     assert f.draft == d.draft
     c = resolve_settings("creative")
     assert c.sampling() == SamplingParams(0.8, 40, 0.95, 0.05, None)

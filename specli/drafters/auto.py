@@ -30,10 +30,13 @@ class AutoDrafter:
         self.ngram = ngram
         self.explore_every = explore_every
         self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5)}
+        # n-gram acceptance by match length: a 4-gram match predicts far better than a 2-gram
+        self.ngram_by_n: dict[int, AcceptanceStats] = {}
         self.last = Choice("none", 0, 0.0)
         self._since_tried = {"draft": 0, "ngram": 0}
         self._used: tuple[str, int] | None = None
         self._t_verify = 0.0
+        self._ngram_n = 0
 
     @property
     def decode_seconds(self) -> float:
@@ -51,11 +54,19 @@ class AutoDrafter:
         if self.ngram is not None:
             ngram_draft = self.ngram.propose(history, k)
             available["ngram"] = len(ngram_draft.tokens)
+            if ngram_draft.tokens:
+                n = self.ngram.last_match_n
+                if n not in self.ngram_by_n:
+                    self.ngram_by_n[n] = AcceptanceStats(prior=self.acceptance["ngram"].rates(1)[0])
+                self._ngram_n = n
         pending = 1
         if self.draft is not None:
             available["draft"] = k
             pending = max(1, len(history) - self.draft.model.n_past)
-        choice = choose(self.costs, self.acceptance, available, pending)
+        stats = dict(self.acceptance)
+        if available.get("ngram"):
+            stats["ngram"] = self.ngram_by_n[self._ngram_n]
+        choice = choose(self.costs, stats, available, pending)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self.explore_every:
                 # probe (estimates go stale otherwise), but only a drafter that could win
@@ -87,6 +98,8 @@ class AutoDrafter:
             self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify)
             if name in self.acceptance and n_drafted > 0:
                 self.acceptance[name].update(n_drafted, n_accepted)
+                if name == "ngram":
+                    self.ngram_by_n[self._ngram_n].update(n_drafted, n_accepted)
             self._used = None
         if self.draft is not None:
             self.draft.accept(history, n_accepted)
