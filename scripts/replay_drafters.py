@@ -81,7 +81,7 @@ def main() -> None:
     def auto(n_min: int, n_max: int) -> Callable[[], object]:
         def make() -> object:
             a = AutoDrafter(Costs.from_measured(verify, 1.0), None, NgramDrafter(n_min, n_max, rt.target.is_eog))
-            a.costs.observe_verify = lambda k, sec: None  # type: ignore[method-assign]
+            a.costs.observe_verify = lambda k, seconds: None  # type: ignore[method-assign]
             return a
         return make
 
