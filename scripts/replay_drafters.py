@@ -89,6 +89,8 @@ def main() -> None:
     for k in (2, 3, 5, 8):
         policies[f"ngram 2-4 k={k}"] = (ngram(2, 4), k)
     policies["ngram 3-5 k=5"] = (ngram(3, 5), 5)
+    policies["ngram 3-6 k=5"] = (ngram(3, 6), 5)
+    policies["ngram 3-6 k=3"] = (ngram(3, 6), 3)
     for k in (5, 8):
         policies[f"auto 2-4 k={k}"] = (auto(2, 4), k)
     policies["auto 1-4 k=8"] = (auto(1, 4), 8)

@@ -294,8 +294,8 @@ class Settings:
     draft_max: int = _int(4, 0, 64, doc="most tokens drafted per step")
     draft_min: int = _int(0, 0, 64, doc="fewest tokens drafted per step (<= draft_max)")
     p_min: float = _float(0.0, 0.0, 1.0, doc="stop drafting below this draft-model top probability")
-    ngram_min: int = _int(2, 1, 16, doc="shortest n-gram the n-gram drafter matches")
-    ngram_max: int = _int(4, 1, 16, doc="longest n-gram the n-gram drafter matches (>= ngram_min)")
+    ngram_min: int = _int(3, 1, 16, doc="shortest n-gram the n-gram drafter matches")
+    ngram_max: int = _int(6, 1, 16, doc="longest n-gram the n-gram drafter matches (>= ngram_min)")
     # sampling
     temperature: float = _float(0.0, 0.0, 5.0, doc="sampling temperature; 0 = greedy")
     top_k: int = _int(0, 0, doc="keep the k most likely tokens; 0 = off")

@@ -461,7 +461,7 @@ def test_shipped_profile_values() -> None:
     c = resolve_settings("creative")
     assert c.sampling() == SamplingParams(0.8, 40, 0.95, 0.05, None)
     n = resolve_settings("ngram")
-    assert (n.drafter, n.draft, n.draft_max) == ("ngram", None, 6)
+    assert (n.drafter, n.draft, n.draft_max) == ("ngram", None, 5)
 
 
 # ------------------------------------------------------------------ properties
