@@ -100,7 +100,7 @@ class LoadOptions:
     n_threads_batch: int | None = None
     n_ctx: int = 4096
     n_batch: int = 512
-    flash_attn: str = "auto"
+    flash_attn: str = "auto"  # on CPU "auto" means off: see resolved_flash_attn
     kv_type: str = "f16"
     repack: bool = True  # llama.cpp's repacked CPU weight layouts (faster batches)
 
@@ -116,6 +116,16 @@ class VocabInfo:
     eot: int
     add_bos: bool
     add_eos: bool
+
+
+def resolved_flash_attn(opts: LoadOptions) -> str:
+    """`auto` is off on CPU: llama.cpp's CPU flash-attention kernel splits a long KV cache
+    one way for a single query row and another for several, so past a few hundred tokens
+    of context a verify batch's logits would differ from one-token decoding (measured:
+    up to 0.4 at 900 tokens) and greedy equality with the target alone could break."""
+    if opts.flash_attn == "auto" and (opts.n_gpu_layers == 0 or not supports_gpu_offload()):
+        return "off"
+    return opts.flash_attn
 
 
 def check_gguf_header(path: Path) -> None:
@@ -289,7 +299,7 @@ class Model:
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = self.opts.n_threads_batch or threads
-        cparams.flash_attn_type = FLASH_ATTN[self.opts.flash_attn]
+        cparams.flash_attn_type = FLASH_ATTN[resolved_flash_attn(self.opts)]
         cparams.type_k = KV_TYPES[self.opts.kv_type]
         cparams.type_v = KV_TYPES[self.opts.kv_type]
         cparams.no_perf = True
@@ -609,7 +619,7 @@ def open_llama_cpp_python_peer(
             n_ubatch=opts.n_batch,
             n_threads=opts.n_threads or default_threads(),
             n_threads_batch=opts.n_threads_batch or opts.n_threads or default_threads(),
-            flash_attn=opts.flash_attn != "off",  # a bool there; CPU and CUDA resolve "auto" to on
+            flash_attn=resolved_flash_attn(opts) == "on",  # a bool there
             type_k=KV_TYPES[opts.kv_type],
             type_v=KV_TYPES[opts.kv_type],
             draft_model=CountingLookup(max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens),

@@ -136,15 +136,24 @@ class ChatSession:
         return self.rt.messages(history, user, self.system)
 
     def prompt_tokens(self, user: str) -> list[int]:
-        """Chat tokens for the next reply, dropping the oldest turns until the prompt
-        leaves room for the reply (at least a quarter of the context)."""
-        room = min(self.settings.max_tokens, self.rt.target.n_ctx // 4)
-        while True:
-            tokens = self.rt.target.chat_tokens(self.messages(user))
-            if len(tokens) + room <= self.rt.target.n_ctx or self.n_dropped >= len(self.turns):
-                return tokens
+        """Chat tokens for the next reply. When the prompt would leave less room than
+        the reply may need (at most a quarter of the context), the oldest turns are
+        left out until it fills at most half the context: the turns after that reuse
+        the KV cache again instead of re-decoding the history every turn."""
+        n_ctx = self.rt.target.n_ctx
+        room = min(self.settings.max_tokens, n_ctx // 4)
+        tokens = self.rt.target.chat_tokens(self.messages(user))
+        if len(tokens) + room <= n_ctx:
+            return tokens
+        before = self.n_dropped
+        while self.n_dropped < len(self.turns) and len(tokens) > n_ctx // 2:
             self.n_dropped += 1
-            self.console.print(f"[yellow]context full: leaving out the oldest turn ({self.n_dropped} so far)[/]")
+            tokens = self.rt.target.chat_tokens(self.messages(user))
+        if self.n_dropped > before:
+            n = self.n_dropped - before
+            self.console.print(f"[yellow]context full: leaving out the oldest {n} turn{'s' * (n > 1)} "
+                               f"({self.n_dropped} so far)[/]")
+        return tokens
 
     def reply(self, user: str) -> Turn:
         s = self.settings

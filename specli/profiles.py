@@ -320,7 +320,7 @@ class Settings:
         None, Spec("floats", "share of the model per GPU, e.g. [3, 1]; null = even", nullable=True)
     )
     flash_attn: str = _choice(
-        "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), doc="flash attention: auto, on or off"
+        "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), doc="flash attention: auto (off on CPU, where it breaks bit-exact verification), on or off"
     )
     kv_type: str = _choice("f16", KV_TYPES, doc="KV-cache element type")
 

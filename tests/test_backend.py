@@ -153,3 +153,20 @@ def test_truncated_gguf_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
     cut.write_bytes(src[: len(src) // 2])
     with pytest.raises(ModelError):
         Model(cut)
+
+
+@pytest.mark.parametrize("n_context", [40, 900])
+def test_verify_rows_bit_identical_to_one_token_decoding(n_context: int) -> None:
+    """The invariant greedy equality rests on: with default CPU load options each row of
+    an exact verify batch equals one-token decoding bit for bit, also past a few hundred
+    tokens of context (where flash attention's CPU kernel would differ: up to 0.4)."""
+    with Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=1024)) as m:
+        text = "def area(w, h):\n    return w * h  # the area of a w by h rectangle\n" * 60
+        context = m.tokenize(text)[:n_context]
+        batch = m.tokenize(" print(area(3, 4)) and more")[:6]
+        m.decode(context)
+        base = m.n_past
+        verified = m.decode(batch, range(len(batch)), exact=True).copy()
+        m.rollback(base)
+        one_by_one = np.stack([m.decode([t], [0])[0].copy() for t in batch])
+        assert np.array_equal(verified, one_by_one), float(np.abs(verified - one_by_one).max())
