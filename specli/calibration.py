@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specli.types import LanguageModel
 
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: flash attention off on CPU
 
 
 def cache_file() -> Path:
