@@ -1209,6 +1209,8 @@ def report(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Sequ
             )
         console.print(f"[bold red]lossless check failed: {len(mismatches)} of {compared} outputs differ "
                       "from the baseline[/]")
+    elif compared == 0:
+        console.print("lossless check: nothing to compare (only the baseline ran)")
     else:
         console.print(f"[green]lossless check passed: {compared} outputs identical to the baseline "
                       "(temperature 0)[/]")

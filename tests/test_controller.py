@@ -128,3 +128,19 @@ def test_auto_learns_acceptance_per_match_length() -> None:
     assert auto.ngram_by_n[4].rates(1)[0] > 0.8
     late = _replay_auto(auto, history, [10, 11, 99, *block, 10, 11, 98, *block], 4)
     assert all(k == 0 for n, k in late if n == 2) and any(k > 0 for n, k in late if n == 4)
+
+
+def test_auto_probes_less_often_while_probes_fail() -> None:
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    costs = Costs.from_measured([1.0, 1.5, 2.0], 0.0)
+    costs.observe_verify = lambda k, s: None  # type: ignore[method-assign]
+    auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=4)
+    auto.acceptance["ngram"] = AcceptanceStats(prior=0.0, prior_weight=1e9)  # never chosen, only probed
+    # every 2-gram recurs but is always followed by something new: each probe fails
+    future = [t for r in range(300) for t in (1, 2, 100 + r)]
+    steps = _replay_auto(auto, [1, 2, 3], future, 2)
+    probes = sum(1 for _, k in steps if k > 0)
+    assert 0 < probes < len(steps) / 4 / 3  # without back-off: about one step in 4
+    assert all(k <= 1 for _, k in steps)  # a probe drafts one token

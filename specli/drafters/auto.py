@@ -34,6 +34,9 @@ class AutoDrafter:
         self.ngram_by_n: dict[int, AcceptanceStats] = {}
         self.last = Choice("none", 0, 0.0)
         self._since_tried = {"draft": 0, "ngram": 0}
+        # steps between probes of a drafter not chosen; doubles while probes fail
+        self._interval = {"draft": explore_every, "ngram": explore_every}
+        self._probing: str | None = None
         self._used: tuple[str, int] | None = None
         self._t_verify = 0.0
         self._ngram_n = 0
@@ -68,12 +71,13 @@ class AutoDrafter:
             stats["ngram"] = self.ngram_by_n[self._ngram_n]
         choice = choose(self.costs, stats, available, pending)
         for name, n in available.items():
-            if n > 0 and choice.drafter != name and self._since_tried[name] >= self.explore_every:
+            if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
                 # probe (estimates go stale otherwise), but only a drafter that could win
-                # at the acceptance a good stretch of text gives
+                # at the acceptance a good stretch of text gives; one token is the cheapest probe
                 hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
                 if choose(self.costs, hopeful, {name: n}, pending).speed > choice.speed:
-                    choice = Choice(name, min(2, n), 0.0)
+                    choice = Choice(name, 1, 0.0)
+                    self._probing = name
                     break
                 self._since_tried[name] = 0
         self.last = choice
@@ -96,6 +100,11 @@ class AutoDrafter:
         if self._used is not None:
             name, n_drafted = self._used
             self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify)
+            if self._probing == name:
+                failed = n_accepted < n_drafted
+                self._interval[name] = min(self._interval[name] * 2, 8 * self.explore_every) if failed \
+                    else self.explore_every
+                self._probing = None
             if name in self.acceptance and n_drafted > 0:
                 self.acceptance[name].update(n_drafted, n_accepted)
                 if name == "ngram":
