@@ -155,15 +155,19 @@ def test_truncated_gguf_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
         Model(cut)
 
 
-@pytest.mark.parametrize("n_context", [40, 900])
-def test_verify_rows_bit_identical_to_one_token_decoding(n_context: int) -> None:
+@pytest.mark.parametrize(("name", "n_context", "exact_batch"),
+                         [(QWEN_TARGET, 40, 3), (QWEN_TARGET, 900, 3), (QWEN_F16, 600, None)])
+def test_verify_rows_bit_identical_to_one_token_decoding(name: str, n_context: int, exact_batch: int | None) -> None:
     """The invariant greedy equality rests on: with default CPU load options each row of
     an exact verify batch equals one-token decoding bit for bit, also past a few hundred
-    tokens of context (where flash attention's CPU kernel would differ: up to 0.4)."""
-    with Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=1024)) as m:
+    tokens of context (where flash attention's CPU kernel would differ: up to 0.4).
+    Q4_K_M (repacked) verifies in chunks of 3; F16 in one batch, here of 8."""
+    with Model(model_file(name), LoadOptions(n_ctx=1024)) as m:
+        assert m.exact_batch == (exact_batch or m.n_batch)
         text = "def area(w, h):\n    return w * h  # the area of a w by h rectangle\n" * 60
         context = m.tokenize(text)[:n_context]
-        batch = m.tokenize(" print(area(3, 4)) and more")[:6]
+        batch = m.tokenize(" print(area(3, 4)) and then some more")[:8]
+        assert len(batch) == 8
         m.decode(context)
         base = m.n_past
         verified = m.decode(batch, range(len(batch)), exact=True).copy()
