@@ -22,7 +22,7 @@ from specli.suites import SUITE_NAMES, SUITES, Prompt, suite
 from specli.types import Draft, SamplingParams, Verdict
 
 # one thread: llama.cpp threads spin, and on a busy 2-core machine a second one costs more than it gives
-SMOL_OVERRIDES = {"target": SMOL, "draft": SMOL, "ctx": 1024, "threads": 1}
+SMOL_OVERRIDES = {"target": SMOL, "draft": SMOL, "drafter": "draft", "ctx": 1024, "threads": 1}
 SMOL_ARGS = ["--target", SMOL, "--draft", SMOL, "--ctx", "1024", "--threads", "1"]
 
 

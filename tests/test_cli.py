@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from specli.cli import app
 
 runner = CliRunner()
-SMOL_ARGS = ["--target", SMOL, "--draft", SMOL, "--ctx", "1024"]
+SMOL_ARGS = ["--target", SMOL, "--draft", SMOL, "--drafter", "draft", "--ctx", "1024"]
 
 
 @pytest.fixture(autouse=True)

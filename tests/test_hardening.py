@@ -18,7 +18,7 @@ from specli.cli import app
 from specli.errors import ModelError
 
 runner = CliRunner()
-SMOL_ARGS = ["--target", SMOL, "--draft", SMOL, "--ctx", "512"]
+SMOL_ARGS = ["--target", SMOL, "--draft", SMOL, "--drafter", "draft", "--ctx", "512"]
 SPECLI = [sys.executable, "-m", "specli.cli"]
 
 
