@@ -128,7 +128,8 @@ def _wait_for_output(p: subprocess.Popen[bytes], timeout: float = 120) -> bytes:
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_during_generate_flushes_partial_text(sig: int, code: int) -> None:
-    p = _start(["generate", *SMOL_ARGS, "-n", "2000", "--raw", "Once upon a time, in a land far away,"])
+    # a context of 4096 so that the generation outlasts the signal
+    p = _start(["generate", *SMOL_ARGS, "--ctx", "4096", "-n", "2000", "--raw", "Once upon a time, in a land far away,"])
     first = _wait_for_output(p)
     assert first, "no output before the signal"
     p.send_signal(sig)
@@ -141,7 +142,7 @@ def test_signal_during_generate_flushes_partial_text(sig: int, code: int) -> Non
 def test_signal_during_json_generate_still_prints_the_object() -> None:
     import json
 
-    p = _start(["generate", *SMOL_ARGS, "--json", "-n", "3000", "--raw", "Once upon a time,"])
+    p = _start(["generate", *SMOL_ARGS, "--ctx", "4096", "--json", "-n", "3000", "--raw", "Once upon a time,"])
     time.sleep(8)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
