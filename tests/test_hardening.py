@@ -109,8 +109,15 @@ def test_incompatible_pair_refused_before_weights_load(monkeypatch: pytest.Monke
     assert loaded == []
 
 
+def _default_sigint() -> None:
+    # a shell's background job (e.g. `scripts/test.sh &`) starts with SIGINT ignored and
+    # Python then installs no KeyboardInterrupt handler: give the child the default back
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*SPECLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    return subprocess.Popen([*SPECLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            preexec_fn=_default_sigint)
 
 
 def _wait_for_output(p: subprocess.Popen[bytes], timeout: float = 120) -> bytes:
