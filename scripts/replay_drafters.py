@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specli import calibration
-from specli.bench import load_prompt_file, suite_prompts
+from specli.bench import first_difference, load_prompt_file, suite_prompts
 from specli.controller import Costs
 from specli.drafters.auto import AutoDrafter
 from specli.drafters.ngram import NgramDrafter
@@ -37,9 +37,8 @@ def replay(drafter: object, prompt: Sequence[int], output: Sequence[int], verify
         k = min(k_max, len(output) - i - 1)
         d: Draft = drafter.propose(history, k) if k > 0 else Draft()  # type: ignore[attr-defined]
         tokens = d.tokens[:k]
-        n_acc = 0
-        while n_acc < len(tokens) and tokens[n_acc] == output[i + n_acc]:
-            n_acc += 1
+        n_acc = first_difference(tokens, output[i : i + len(tokens)])
+        n_acc = len(tokens) if n_acc is None else n_acc
         seconds += verify[len(tokens)]
         emitted = output[i : i + n_acc + 1]
         history.extend(emitted)

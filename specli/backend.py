@@ -41,7 +41,6 @@ QUANT_FTYPES = {"f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16}
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 EXACT_BATCH = 7
-FTYPE_F16 = int(llama_cpp.LLAMA_FTYPE_MOSTLY_F16)
 EXACT_BATCH_REPACK = 3
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
@@ -319,8 +318,7 @@ class Model:
         # repacked weights switch from gemv to gemm at 4 rows, the tiled K-quant
         # matmul starts at 8 rows (llamafile's tinyBLAS, at 2, is disabled at build time).
         # F16 weights take the same dot product for any batch (measured up to 30 rows).
-        self.file_type = int(_meta(self._model, "general.file_type") or -1)
-        if self.file_type == FTYPE_F16:
+        if int(_meta(self._model, "general.file_type") or -1) == QUANT_FTYPES["f16"]:
             self.exact_batch = self.n_batch
         else:
             self.exact_batch = EXACT_BATCH_REPACK if self.opts.repack else EXACT_BATCH
