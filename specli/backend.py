@@ -40,8 +40,6 @@ FLASH_ATTN = {
 QUANT_FTYPES = {"f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16}
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
-EXACT_BATCH = 7
-EXACT_BATCH_REPACK = 3
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
 # llama.cpp's log lines, kept for error messages; printed only when SPECLI_DEBUG is set.
@@ -85,6 +83,15 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
 
 
+def build_id() -> str:
+    """Short hash of llama.cpp's version and CPU/GPU features: a calibration measured on
+    one build says nothing about another's kernels."""
+    import hashlib
+
+    text = f"{llama_cpp.__version__} {system_info()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 16))
 
@@ -100,8 +107,9 @@ class LoadOptions:
     n_threads_batch: int | None = None
     n_ctx: int = 4096
     n_batch: int = 512
-    flash_attn: str = "auto"  # on CPU "auto" means off: see resolved_flash_attn
-    kv_type: str = "f16"
+    flash_attn: str = "auto"  # see resolved_kernels
+    kv_type: str = "auto"  # see resolved_kernels
+    exact_verify: bool = False  # kernels for which verify batches can equal one-token decoding
     repack: bool = True  # llama.cpp's repacked CPU weight layouts (faster batches)
 
 
@@ -118,14 +126,28 @@ class VocabInfo:
     add_eos: bool
 
 
-def resolved_flash_attn(opts: LoadOptions) -> str:
-    """`auto` is off on CPU: llama.cpp's CPU flash-attention kernel splits a long KV cache
-    one way for a single query row and another for several, so past a few hundred tokens
-    of context a verify batch's logits would differ from one-token decoding (measured:
-    up to 0.4 at 900 tokens) and greedy equality with the target alone could break."""
-    if opts.flash_attn == "auto" and (opts.n_gpu_layers == 0 or not supports_gpu_offload()):
-        return "off"
-    return opts.flash_attn
+def on_cpu(opts: LoadOptions) -> bool:
+    return opts.n_gpu_layers == 0 or not supports_gpu_offload()
+
+
+def resolved_kernels(opts: LoadOptions) -> tuple[str, str]:
+    """(flash_attn, kv_type) for `auto` settings.
+
+    Exact verification on CPU needs attention that computes a query row the same way
+    whether it comes alone or in a batch. Without flash attention, batches of 2 or more
+    rows go to llamafile's tinyBLAS and one row to ggml's vec_dot (measured: no batch
+    size bit-exact). Flash attention takes one per-row kernel for any batch below 64
+    rows, except that a single row over an F16/F32 cache of 512+ tokens takes a split-KV
+    path (measured: 0.4 logit difference at 900 tokens); a q8_0 cache never does. So
+    exact mode on CPU uses flash attention with a q8_0 cache."""
+    cpu = on_cpu(opts)
+    flash = opts.flash_attn
+    if flash == "auto" and cpu:
+        flash = "on" if opts.exact_verify else "off"
+    kv = opts.kv_type
+    if kv == "auto":
+        kv = "q8_0" if opts.exact_verify and cpu else "f16"
+    return flash, kv
 
 
 def check_gguf_header(path: Path) -> None:
@@ -242,8 +264,15 @@ class Vocab:
         self._pieces[token] = out
         return out
 
-    def detokenize(self, tokens: Iterable[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+    def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
+        """Text of `tokens`; `special` spells control tokens out (`<|im_start|>`)."""
+        pieces = (self._special_piece(t) if special else self.piece(t) for t in tokens)
+        return b"".join(pieces).decode("utf-8", errors="replace")
+
+    def _special_piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._ptr, token, buf, 256, 0, True)
+        return buf.raw[: max(n, 0)]
 
 
 class StreamDetokenizer:
@@ -299,9 +328,10 @@ class Model:
         cparams.n_seq_max = 1
         cparams.n_threads = threads
         cparams.n_threads_batch = self.opts.n_threads_batch or threads
-        cparams.flash_attn_type = FLASH_ATTN[resolved_flash_attn(self.opts)]
-        cparams.type_k = KV_TYPES[self.opts.kv_type]
-        cparams.type_v = KV_TYPES[self.opts.kv_type]
+        flash, kv = resolved_kernels(self.opts)
+        cparams.flash_attn_type = FLASH_ATTN[flash]
+        cparams.type_k = KV_TYPES[kv]
+        cparams.type_v = KV_TYPES[kv]
         cparams.no_perf = True
         self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
         if not self._ctx:
@@ -314,14 +344,9 @@ class Model:
             )
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
-        # Largest batch whose logits equal one-token decoding bit for bit on the CPU:
-        # repacked weights switch from gemv to gemm at 4 rows, the tiled K-quant
-        # matmul starts at 8 rows (llamafile's tinyBLAS, at 2, is disabled at build time).
-        # F16 weights take the same dot product for any batch (measured up to 30 rows).
-        if int(_meta(self._model, "general.file_type") or -1) == QUANT_FTYPES["f16"]:
-            self.exact_batch = self.n_batch
-        else:
-            self.exact_batch = EXACT_BATCH_REPACK if self.opts.repack else EXACT_BATCH
+        # Largest batch whose logits equal one-token decoding bit for bit: 1 until
+        # measured on this model and build (specli.calibration sets it)
+        self.exact_batch = 1
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
@@ -623,9 +648,9 @@ def open_llama_cpp_python_peer(
             n_ubatch=opts.n_batch,
             n_threads=opts.n_threads or default_threads(),
             n_threads_batch=opts.n_threads_batch or opts.n_threads or default_threads(),
-            flash_attn=resolved_flash_attn(opts) == "on",  # a bool there
-            type_k=KV_TYPES[opts.kv_type],
-            type_v=KV_TYPES[opts.kv_type],
+            flash_attn=resolved_kernels(opts)[0] == "on",  # a bool there
+            type_k=KV_TYPES[resolved_kernels(opts)[1]],
+            type_v=KV_TYPES[resolved_kernels(opts)[1]],
             draft_model=CountingLookup(max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens),
             logits_all=True,  # forced by draft_model anyway: every drafted row is sampled
             verbose=False,

@@ -33,7 +33,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,9 @@ from specli.suites import SUITE_NAMES, Prompt, suite
 SCHEMA_VERSION = 1
 EXIT_LOSSLESS = 9
 BASELINE = "baseline"
-PEERS = ("llama-cpp-python",)
+PEERS = ("llama-cpp-python", "llama.cpp")
+LLAMA_CPP = "llama.cpp"
+LLAMA_CPP_BASELINE = "peer:llama.cpp"  # llama.cpp's plain decoding: its peers' baseline
 DEFAULT_MODES = "baseline,draft,ngram"
 MAX_SWEEP_MODES = 256
 WARMUP_TOKENS = 16
@@ -86,7 +88,7 @@ later turns of a --turns all conversation."""
 # or the length of the output (which would make the outputs incomparable).
 FIXED_KEYS = frozenset({
     "target", "draft", "ctx", "n_batch", "threads", "n_gpu_layers", "draft_n_gpu_layers", "main_gpu",
-    "tensor_split", "flash_attn", "kv_type", "max_tokens", "system", "raw", "stop",
+    "tensor_split", "flash_attn", "kv_type", "max_tokens", "system", "raw", "stop", "verify",
 })
 KEY_ALIASES = {"k": "draft_max"}
 PEER_KEYS = frozenset({"draft_max", "ngram_max"})
@@ -97,6 +99,9 @@ HUMANEVAL_TEMPLATE = (
 )
 
 _PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
+
+
+COMPARED = ("match", "near-tie", "mismatch")
 
 
 class LosslessError(SpecliError):
@@ -240,10 +245,24 @@ class Mode:
     drafter: str  # "none" for the baseline; the peer's name for a peer
     options: tuple[tuple[str, str], ...] = ()  # (setting name, value as given)
     peer: bool = False
+    spec: str = ""  # a llama.cpp peer's mode: ngram-simple, ngram-mod, draft:k=N ("" = plain decoding)
 
     @property
     def is_baseline(self) -> bool:
         return self.name == BASELINE
+
+    @property
+    def kind(self) -> str:
+        if self.is_baseline:
+            return "baseline"
+        if self.name == LLAMA_CPP_BASELINE:
+            return "peer-baseline"
+        return "peer" if self.peer else "drafter"
+
+    @property
+    def compare_to(self) -> str:
+        """The mode whose speed this one's speedup is measured against."""
+        return LLAMA_CPP_BASELINE if self.drafter == LLAMA_CPP and self.peer else BASELINE
 
     def overrides(self) -> dict[str, Any]:
         """Settings overrides of this mode (command-line strings, validated later)."""
@@ -346,11 +365,22 @@ def dedupe_modes(modes: Iterable[Mode]) -> list[Mode]:
 
 
 def parse_peer(text: str) -> Mode:
-    """`llama-cpp-python[:k=N,ngram_max=M]` -> the mode `peer:llama-cpp-python`."""
+    """`llama-cpp-python[:k=N,ngram_max=M]` -> the mode `peer:llama-cpp-python`;
+    `llama.cpp:ngram-simple` (ngram-mod, draft:k=N) -> `peer:llama.cpp:ngram-simple`."""
     head, colon, tail = text.strip().partition(":")
     name = head.strip().lower()
     if name not in PEERS:
-        raise UsageError(f"unknown peer {text.strip()!r}", "supported: " + ", ".join(PEERS))
+        raise UsageError(f"unknown peer {text.strip()!r}", "supported: llama-cpp-python[:k=N], "
+                         "llama.cpp:ngram-simple, llama.cpp:ngram-mod, llama.cpp:draft:k=N")
+    if name == LLAMA_CPP:
+        from specli.peers import parse_peer_spec
+
+        if not tail.strip():
+            raise UsageError(f"--peer {text.strip()!r}: name llama.cpp's mode", "e.g. llama.cpp:ngram-simple")
+        kind, k = parse_peer_spec(tail)
+        spec = kind if k is None else f"{kind}:k={k}"
+        return Mode(f"peer:{LLAMA_CPP}:{spec}", LLAMA_CPP, (("draft_max", str(k)),) if k else (), peer=True,
+                    spec=spec)
     items = tail.split(",") if colon else []
     options = _parse_options(items, f"--peer {text.strip()!r}", allowed=PEER_KEYS)
     return Mode("peer:" + _label(name, options), name, options, peer=True)
@@ -425,19 +455,22 @@ def sweep_modes(axes: Sequence[tuple[str, Sequence[str]]], drafter: str) -> list
 
 def record_from_counters(
     c: Counters, *, mode: Mode, prompt: Prompt, prompt_index: int, repeat: int, turn: int,
-    tokens: Sequence[int], text: str, finish_reason: str | None, temperature: float,
+    tokens: Sequence[int] | None, text: str, finish_reason: str | None, temperature: float, verify: str = "batch",
+    margins: Sequence[tuple[int, float]] | None = None,
 ) -> dict[str, Any]:
     """One generation as a JSON-friendly dict (every figure of `metrics.summary` plus
     the raw counts the aggregates are pooled from)."""
     rec: dict[str, Any] = {
         "mode": mode.name,
-        "kind": "baseline" if mode.is_baseline else "peer" if mode.peer else "drafter",
+        "kind": mode.kind,
+        "compare_to": None if mode.is_baseline else mode.compare_to,
         "prompt_index": prompt_index,
         "prompt_id": prompt.id,
         "category": prompt.category,
         "repeat": repeat,
         "turn": turn,
         "temperature": temperature,
+        "verify": verify,
         "finish_reason": finish_reason,
     }
     rec.update(metrics.summary(c))
@@ -447,11 +480,14 @@ def record_from_counters(
         "accepted_by_pos": list(c.accepted_by_pos),
         "t_llama_s": c.t_llama,
         "speedup": None,
+        "decode_speedup": None,
         "lossless": "unchecked",
         "first_diff": None,
-        "tokens": [int(t) for t in tokens],
+        "tokens": None if tokens is None else [int(t) for t in tokens],  # None: a peer reporting text only
         "text": text,
     })
+    if margins is not None:  # the baseline: (runner-up token, top logit - its logit) per token
+        rec["margins"] = [[int(t), float(g)] for t, g in margins]
     return rec
 
 
@@ -485,17 +521,32 @@ def _key(rec: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def add_speedups(records: Sequence[dict[str, Any]]) -> None:
-    """speedup = this generation's tok/s / the baseline's tok/s on the same prompt,
-    repeat and turn (None without a baseline or when the baseline made no tokens)."""
-    base = {_key(r): r["tokens_per_second"] for r in records if r["mode"] == BASELINE}
+    """speedup = this generation's tok/s / its baseline's tok/s on the same prompt, repeat
+    and turn; decode_speedup the same with prefill excluded on both sides. A llama.cpp
+    peer's baseline is llama.cpp's own plain decoding (`compare_to`), every other mode's
+    specli's baseline. None without a baseline or when it made no tokens."""
+    base = {(r["mode"], *_key(r)): r for r in records if r["kind"] in ("baseline", "peer-baseline")}
     for r in records:
-        b = base.get(_key(r))
-        r["speedup"] = r["tokens_per_second"] / b if b else None
+        b = base.get((r.get("compare_to") or r["mode"], *_key(r)))
+        r["speedup"] = _ratio(r["tokens_per_second"], b["tokens_per_second"]) if b else None
+        r["decode_speedup"] = _ratio(r["decode_tokens_per_second"], b["decode_tokens_per_second"]) if b else None
 
 
-def check_lossless(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Compare each non-baseline generation with the baseline's (both at temperature 0)
-    and mark it `match`, `mismatch` or `unchecked`. Returns the mismatches."""
+def classify_divergence(baseline: dict[str, Any], rec: dict[str, Any], diff: int, tie_bound: float | None) -> str:
+    """`near-tie` when a one-batch mode's first differing token is the baseline's runner-up
+    at that position and the baseline's gap between the two is within the batching noise
+    measured for this model and build; `mismatch` otherwise (always in exact mode)."""
+    margins = baseline.get("margins")
+    if rec.get("verify") == "exact" or tie_bound is None or not margins or diff >= min(len(margins), len(rec["tokens"])):
+        return "mismatch"
+    runner_up, gap = margins[diff]
+    return "near-tie" if rec["tokens"][diff] == runner_up and gap <= tie_bound else "mismatch"
+
+
+def check_lossless(records: Sequence[dict[str, Any]], tie_bound: float | None = None) -> list[dict[str, Any]]:
+    """Compare each generation with its baseline's (both at temperature 0) and mark it
+    `match`, `near-tie`, `mismatch` or `unchecked`. Returns the divergences (near-ties
+    included, each with its `verdict`)."""
     base = {_key(r): r for r in records if r["mode"] == BASELINE}
     out = []
     for r in records:
@@ -503,19 +554,24 @@ def check_lossless(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             r["lossless"], r["first_diff"] = "baseline", None
             continue
         b = base.get(_key(r))
-        if b is None or r["temperature"] > 0 or b["temperature"] > 0:
+        if b is None or r["temperature"] > 0 or b["temperature"] > 0 or r.get("tokens") is None:
             r["lossless"], r["first_diff"] = "unchecked", None
             continue
         diff = first_difference(b["tokens"], r["tokens"])
         r["first_diff"] = diff
-        r["lossless"] = "match" if diff is None else "mismatch"
+        r["lossless"] = "match" if diff is None else classify_divergence(b, r, diff, tie_bound)
         if diff is not None:
             bt, mt = b["tokens"], r["tokens"]
+            margins = b.get("margins") or []
             out.append({
                 "mode": r["mode"], "prompt_id": r["prompt_id"], "prompt_index": r["prompt_index"],
                 "category": r["category"], "repeat": r["repeat"], "turn": r["turn"], "first_diff": diff,
+                "verdict": r["lossless"], "verify": r.get("verify"),
                 "baseline_token": bt[diff] if diff < len(bt) else None,
                 "mode_token": mt[diff] if diff < len(mt) else None,
+                "baseline_runner_up": margins[diff][0] if diff < len(margins) else None,
+                "baseline_gap": margins[diff][1] if diff < len(margins) else None,
+                "tie_bound": tie_bound,
                 "baseline_length": len(bt), "mode_length": len(mt),
             })
     return out
@@ -533,6 +589,7 @@ def aggregate_group(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Figures of a group of generations: medians of per-generation rates, pooled
     ratios of counts (acceptance, tau, acceptance by position, time split)."""
     speedups = [r["speedup"] for r in records if r["speedup"] is not None]
+    decode_speedups = [r["decode_speedup"] for r in records if r.get("decode_speedup") is not None]
     n_drafted = sum(r["n_drafted"] for r in records)
     n_accepted = sum(r["n_accepted"] for r in records)
     n_forwards = sum(r["n_target_forwards"] for r in records)
@@ -552,6 +609,9 @@ def aggregate_group(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "speedup_median": _median(speedups),
         "speedup_min": min(speedups) if speedups else None,
         "speedup_max": max(speedups) if speedups else None,
+        "decode_speedup_median": _median(decode_speedups),
+        "decode_speedup_min": min(decode_speedups) if decode_speedups else None,
+        "decode_speedup_max": max(decode_speedups) if decode_speedups else None,
         "n_drafted": n_drafted,
         "n_accepted": n_accepted,
         "acceptance_rate": _ratio(n_accepted, n_drafted),
@@ -562,7 +622,9 @@ def aggregate_group(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "time_split": {k: (v / t_total if t_total > 0 else 0.0) for k, v in times.items()},
         "python_overhead_fraction": _ratio(max(0.0, t_total - t_llama), t_total),
         "mismatches": sum(1 for r in records if r["lossless"] == "mismatch"),
-        "compared": sum(1 for r in records if r["lossless"] in ("match", "mismatch")),
+        "near_ties": sum(1 for r in records if r["lossless"] == "near-tie"),
+        "identical": sum(1 for r in records if r["lossless"] == "match"),
+        "compared": sum(1 for r in records if r["lossless"] in COMPARED),
     }
 
 
@@ -594,8 +656,8 @@ def _speed(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def _spread(row: dict[str, Any]) -> str:
-    lo, hi = row["speedup_min"], row["speedup_max"]
+def _spread(row: dict[str, Any], prefix: str = "") -> str:
+    lo, hi = row[f"{prefix}speedup_min"], row[f"{prefix}speedup_max"]
     return "-" if lo is None else f"{lo:.2f}-{hi:.2f}"
 
 
@@ -603,14 +665,17 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1000:.0f} ms"
 
 
-SUMMARY_COLUMNS = ("mode", "category", "n", "tok/s", "speedup", "min-max", "accept", "tau", "TTFT", "mismatches")
+SUMMARY_COLUMNS = ("mode", "category", "n", "tok/s", "speedup", "min-max", "decode", "decode min-max", "accept",
+                   "tau", "TTFT", "near-ties", "mismatches")
 
 
 def summary_cells(row: dict[str, Any]) -> list[str]:
     return [
         row["mode"], row["category"], str(row["n"]), _f(row["tokens_per_second"], ".1f"),
-        _speed(row["speedup_median"]), _spread(row), _f(row["acceptance_rate"], ".2f"),
+        _speed(row["speedup_median"]), _spread(row), _speed(row["decode_speedup_median"]),
+        _spread(row, "decode_"), _f(row["acceptance_rate"], ".2f"),
         _f(row["mean_accepted_length"], ".2f"), _ms(row["time_to_first_token_s"]),
+        str(row["near_ties"]) if row["compared"] else "-",
         str(row["mismatches"]) if row["compared"] else "-",
     ]
 
@@ -697,6 +762,7 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 CSV_COLUMNS = (
     "mode", "kind", "prompt_index", "prompt_id", "category", "repeat", "turn", "temperature", "finish_reason",
     "n_prompt", "n_prompt_reused", "n_generated", "tokens_per_second", "decode_tokens_per_second", "speedup",
+    "decode_speedup", "verify",
     "time_to_first_token_s", "t_prefill_s", "t_draft_s", "t_verify_s", "t_other_s", "t_total_s", "t_llama_s",
     "python_overhead_fraction", "n_target_forwards", "n_step_tokens", "n_drafted", "n_accepted",
     "acceptance_rate", "mean_accepted_length", "acceptance_by_position", "lossless", "first_diff",
@@ -735,12 +801,13 @@ class BenchOptions:
     markdown_out: Path | None = None
     sweep: str | None = None
     write_profile: str | None = None
-    peer: str | None = None
+    peer: str | list[str] | None = None  # one peer, or several
     limit: int | None = None
     categories: str | None = None
     turns: str = "first"
     warmup: bool = True
     progress: bool = True
+    recalibrate: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # target, draft, ctx, threads, ...
 
     def base_overrides(self) -> dict[str, Any]:
@@ -760,7 +827,12 @@ class Plan:
     settings: dict[str, Settings]  # per mode name
     base: Settings  # the profile with the command-line overrides
     runtime: Settings  # what open_runtime loads
-    peer: Mode | None = None
+    peers: list[Mode] = field(default_factory=list)
+
+    @property
+    def peer(self) -> Mode | None:
+        """The llama-cpp-python peer, which bench loads in-process."""
+        return next((m for m in self.peers if m.drafter == "llama-cpp-python"), None)
 
     @property
     def n_generations(self) -> int:
@@ -807,14 +879,19 @@ def plan_bench(opts: BenchOptions) -> Plan:
     modes = parse_modes(opts.modes) if (opts.modes is not None or opts.sweep is None) else [Mode(BASELINE, "none")]
     if opts.sweep is not None:
         modes = dedupe_modes([*modes, *sweep_modes(parse_sweep(opts.sweep), base.drafter)])
-    peer = parse_peer(opts.peer) if opts.peer else None
+    peer_texts = [opts.peer] if isinstance(opts.peer, str) else list(opts.peer or [])
+    peers = dedupe_modes(parse_peer(t) for t in peer_texts)
+    if any(m.drafter == LLAMA_CPP for m in peers):
+        if opts.turns == "all":
+            raise UsageError("llama.cpp peers run single prompts", "use --turns first with a llama.cpp peer")
+        peers.insert(0, Mode(LLAMA_CPP_BASELINE, LLAMA_CPP, peer=True))
     settings = {m.name: _resolve(opts.profile, {**base_over, **m.overrides()}, m) for m in modes}
-    if peer is not None:
+    for peer in peers:
         settings[peer.name] = _resolve(opts.profile, {**base_over, "drafter": "ngram", **dict(peer.options)}, peer)
         modes.append(peer)
     need_draft = any(_uses_draft_model(s) for s in settings.values())
     runtime = _resolve(opts.profile, {**base_over, "drafter": "draft" if need_draft else "none"})
-    return Plan(opts, prompts, modes, settings, base, runtime, peer)
+    return Plan(opts, prompts, modes, settings, base, runtime, peers)
 
 
 # -------------------------------------------------------------------- execution
@@ -830,6 +907,8 @@ class BenchResult:
     error: str | None = None
     started: str = ""
     seconds: float = 0.0
+    # the target's batching noise on this build: exact_batch, max_logit_diff, tie_bound
+    numerics: dict[str, Any] = field(default_factory=dict)
 
 
 def machine_info() -> dict[str, Any]:
@@ -849,6 +928,47 @@ def machine_info() -> dict[str, Any]:
 
 
 Verifier = Callable[..., Any]
+
+
+@dataclass
+class Generated:
+    tokens: list[int]
+    text: str
+    finish_reason: str | None
+    counters: Counters
+    margins: list[tuple[int, float]] | None = None  # the baseline's runner-up and logit gap per token
+    no_tokens: bool = False  # a peer that reports text only: nothing to compare token by token
+
+
+def top_two_gap(row: Any) -> tuple[int, float]:
+    """(runner-up token, top logit - runner-up logit) of one logits row."""
+    top = int(row.argmax())
+    best = float(row[top])
+    rest = row.copy()
+    rest[top] = -float("inf")
+    second = int(rest.argmax())
+    return second, best - float(rest[second])
+
+
+class MarginRecorder:
+    """Wraps a verifier; records, for each token it emits, the target's runner-up and
+    logit gap at that row (the baseline emits one token per call)."""
+
+    def __init__(self, verifier: Callable[..., Any]) -> None:
+        self.verifier = verifier
+        self.margins: list[tuple[int, float]] = []
+        self.seconds = 0.0  # spent recording
+        self.first_seconds = 0.0  # of which in the prefill's call
+
+    def __call__(self, draft: Any, rows: Any, sampling: Any, rng: Any) -> Any:
+        verdict = self.verifier(draft, rows, sampling, rng)
+        t0 = time.perf_counter()
+        self.margins.append(top_two_gap(rows[verdict.n_accepted]))
+        dt = time.perf_counter() - t0
+        self.seconds += dt
+        if len(self.margins) == 1:
+            self.first_seconds = dt
+        return verdict
 
 
 class _Runner:
@@ -876,22 +996,59 @@ class _Runner:
         return list(rt.target.chat_tokens(rt.messages(history, user, s.system)))
 
     def generate(self, mode: Mode, s: Settings, drafter: Any, tokens: list[int], keep_cache: bool,
-                 max_tokens: int | None = None) -> tuple[list[int], str, str | None, Counters]:
+                 max_tokens: int | None = None) -> Generated:
+        if mode.drafter == LLAMA_CPP:
+            return self._generate_llama_cpp(mode, s, tokens, max_tokens or s.max_tokens)
         if mode.peer:
             return self._generate_peer(s, tokens, keep_cache, max_tokens or s.max_tokens)
         from specli import engine
 
         cfg = self.rt.generation_config(s)
         if max_tokens is not None:
-            cfg = engine.GenerationConfig(max_tokens, cfg.sampling, cfg.draft_max, cfg.stop)
-        if self.verifier is None:
-            res = engine.run(self.rt.target, tokens, cfg, drafter)
-        else:
-            res = engine.run(self.rt.target, tokens, cfg, drafter, self.verifier)
-        return res.tokens, res.text, res.finish_reason, res.counters
+            cfg = replace(cfg, max_tokens=max_tokens)
+        verifier = self.verifier or engine.verify_step
+        recorder = MarginRecorder(verifier) if mode.is_baseline and s.temperature == 0 else None
+        res = engine.run(self.rt.target, tokens, cfg, drafter, recorder or verifier)
+        c = res.counters
+        if recorder is not None:  # the recording is bench's own work: not the baseline's time
+            c.t_total -= recorder.seconds
+            c.t_verify -= recorder.seconds - recorder.first_seconds
+            c.t_prefill -= recorder.first_seconds
+            if c.t_first_token is not None:
+                c.t_first_token -= recorder.first_seconds
+        margins = recorder.margins[: len(res.tokens)] if recorder is not None else None
+        return Generated(res.tokens, res.text, res.finish_reason, c, margins)
 
-    def _generate_peer(self, s: Settings, tokens: list[int], keep_cache: bool,
-                       max_tokens: int) -> tuple[list[int], str, str | None, Counters]:
+    def _generate_llama_cpp(self, mode: Mode, s: Settings, tokens: list[int], max_tokens: int) -> Generated:
+        """One run of llama.cpp's own program on the same prompt text; its timing lines
+        give prefill and decode time. Token ids are not reported: the text only."""
+        from specli import peers, registry
+        from specli.backend import default_threads
+
+        kind, k = peers.parse_peer_spec(mode.spec) if mode.spec else (None, None)
+        draft = registry.resolve(s.draft) if kind == "draft" and s.draft else None
+        argv = peers.command_line(
+            self.llama_cpp_bin(), kind, registry.resolve(s.target), self.prompt_text(tokens), max_tokens,
+            s.threads or default_threads(), self.rt.target.n_ctx, draft, k, s.temperature, s.seed)
+        run = peers.run_peer(argv)
+        c = Counters(n_prompt=len(tokens), n_generated=run.n_generated, n_drafted=run.n_drafted,
+                     n_accepted=run.n_accepted, t_prefill=run.prefill_s, t_first_token=run.prefill_s,
+                     t_verify=run.decode_s, t_total=run.prefill_s + run.decode_s)
+        finish = "length" if run.n_generated >= max_tokens else "stop"
+        return Generated([], run.text, finish, c, no_tokens=True)
+
+    def llama_cpp_bin(self) -> Path:
+        import importlib.metadata
+
+        from specli.peers import find_binaries
+
+        return find_binaries(importlib.metadata.version("llama_cpp_python"))
+
+    def prompt_text(self, tokens: list[int]) -> str:
+        """The prompt as text with special tokens spelled out, as llama.cpp parses it."""
+        return self.rt.target.vocab.detokenize(tokens, special=True)
+
+    def _generate_peer(self, s: Settings, tokens: list[int], keep_cache: bool, max_tokens: int) -> Generated:
         peer = self.peer
         c = Counters(n_prompt=len(tokens))
         if keep_cache:  # llama-cpp-python reuses the longest cached prefix (all but the last token at most)
@@ -915,7 +1072,7 @@ class _Runner:
         replay_proposals(c, out, peer.proposals, name=self.plan.peer.drafter if self.plan.peer else "peer")
         self._peer_cache = [*tokens, *out]
         finish = "length" if len(out) >= max_tokens else "stop"
-        return out, self.rt.target.detokenize(out), finish, c
+        return Generated(out, self.rt.target.detokenize(out), finish, c)
 
     def conversation(self, mode: Mode, prompt: Prompt, index: int, repeat: int,
                      on_record: Callable[[dict[str, Any]], None], before_turn: Callable[[int], None]) -> None:
@@ -927,14 +1084,16 @@ class _Runner:
             before_turn(turn)
             tokens = self.turn_tokens(s, history, user)
             try:
-                out, text, finish, c = self.generate(mode, s, drafter, tokens, keep_cache=turn > 0)
+                g = self.generate(mode, s, drafter, tokens, keep_cache=turn > 0)
             except SpecliError as e:
                 raise type(e)(f"prompt {prompt.id!r} ({mode.name}): {e.message}", e.hint) from None
             on_record(record_from_counters(
-                c, mode=mode, prompt=prompt, prompt_index=index, repeat=repeat, turn=turn,
-                tokens=out, text=text, finish_reason=finish, temperature=s.temperature,
+                g.counters, mode=mode, prompt=prompt, prompt_index=index, repeat=repeat, turn=turn,
+                tokens=None if g.no_tokens else g.tokens, text=g.text, finish_reason=g.finish_reason,
+                temperature=s.temperature,
+                verify="batch" if mode.peer else s.verify, margins=g.margins,
             ))
-            history += [{"role": "user", "content": user}, {"role": "assistant", "content": text}]
+            history += [{"role": "user", "content": user}, {"role": "assistant", "content": g.text}]
 
     def warmup(self) -> None:
         """One short generation, not recorded: the mode that loads the most (the draft
@@ -978,7 +1137,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
     from specli.runtime import load_options, open_runtime
 
     result.machine = machine_info()
-    rt = open_runtime(plan.runtime)
+    rt = open_runtime(plan.runtime, recalibrate=plan.opts.recalibrate)
     peer = None
     try:
         for m in plan.modes:  # surface unsupported drafters before measuring anything
@@ -992,7 +1151,13 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
                 registry.resolve(ps.target), load_options(ps, for_draft=False),
                 num_pred_tokens=ps.draft_max, max_ngram_size=ps.ngram_max,
             )
+        if plan.base.temperature == 0:
+            cal = rt.calibration()
+            result.numerics = {"exact_batch": cal.exact_batch, "max_logit_diff": cal.max_logit_diff,
+                               "tie_bound": cal.tie_bound}
         runner = _Runner(plan, rt, peer, verifier)
+        if any(m.drafter == LLAMA_CPP for m in plan.peers):
+            runner.llama_cpp_bin()  # missing programs: say how to build them before measuring anything
         with _progress(progress_console, plan.n_generations, plan.opts.progress) as update:
             if plan.opts.warmup:
                 update("warm-up")
@@ -1021,16 +1186,22 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
 # ---------------------------------------------------------------------- results
 
 
-def finish_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Speedups and the lossless check, in place; returns the mismatches."""
+def finish_records(records: Sequence[dict[str, Any]], tie_bound: float | None = None) -> list[dict[str, Any]]:
+    """Speedups and the lossless check, in place; returns the mismatches (near-ties are
+    kept in the records' `lossless` field and in `divergences`)."""
+    return [x for x in divergences_of(records, tie_bound) if x["verdict"] == "mismatch"]
+
+
+def divergences_of(records: Sequence[dict[str, Any]], tie_bound: float | None) -> list[dict[str, Any]]:
     add_speedups(records)
-    return check_lossless(records)
+    return check_lossless(records, tie_bound)
 
 
-def document(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Sequence[dict[str, Any]],
+def document(result: BenchResult, rows: Sequence[dict[str, Any]], divergences: Sequence[dict[str, Any]],
              best: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON written by --json."""
     plan, o = result.plan, result.plan.opts
+    mismatches = [x for x in divergences if x["verdict"] == "mismatch"]
     greedy = all(s.temperature == 0 for s in plan.settings.values())
     return {
         "schema": SCHEMA_VERSION,
@@ -1066,11 +1237,15 @@ def document(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Se
         "lossless": {
             "checked": greedy,
             "note": None if greedy else "temperature > 0: outputs are samples, the check is skipped",
-            "compared": sum(1 for r in result.records if r["lossless"] in ("match", "mismatch")),
+            "compared": sum(1 for r in result.records if r["lossless"] in COMPARED),
+            "identical": sum(1 for r in result.records if r["lossless"] == "match"),
+            "near_ties": sum(1 for x in divergences if x["verdict"] == "near-tie"),
             "mismatches": len(mismatches),
             "by_mode": {m.name: sum(1 for x in mismatches if x["mode"] == m.name) for m in plan.modes
                         if not m.is_baseline},
+            "numerics": result.numerics,
             "details": list(mismatches),
+            "near_tie_details": [x for x in divergences if x["verdict"] == "near-tie"],
         },
         "best": best,
     }
@@ -1182,7 +1357,7 @@ def _write(path: str | Path, text: str, what: str) -> None:
         raise UsageError(f"cannot write the {what} file {p}: {e.strerror or e}") from None
 
 
-def report(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Sequence[dict[str, Any]],
+def report(result: BenchResult, rows: Sequence[dict[str, Any]], divergences: Sequence[dict[str, Any]],
            console: Console) -> None:
     """The terminal output: tables, bar chart, lossless verdict."""
     plan = result.plan
@@ -1195,24 +1370,30 @@ def report(result: BenchResult, rows: Sequence[dict[str, Any]], mismatches: Sequ
     if chart:
         console.print(Text(chart))
     greedy = all(s.temperature == 0 for s in plan.settings.values())
-    compared = sum(1 for r in result.records if r["lossless"] in ("match", "mismatch"))
+    compared = sum(1 for r in result.records if r["lossless"] in COMPARED)
+    ties = [x for x in divergences if x["verdict"] == "near-tie"]
+    mismatches = [x for x in divergences if x["verdict"] == "mismatch"]
+    for x in divergences:
+        bad = x["verdict"] == "mismatch"
+        gap = "-" if x["baseline_gap"] is None else f"{x['baseline_gap']:.3g}"
+        bound = "-" if x["tie_bound"] is None else f"{x['tie_bound']:.3g}"
+        console.print(
+            f"{'[bold red]MISMATCH[/] [red]' if bad else '[yellow]near-tie[/] '}{escape(x['mode'])}: prompt "
+            f"{escape(x['prompt_id'])} repeat {x['repeat'] + 1} turn {x['turn'] + 1}: first differing token at "
+            f"position {x['first_diff']} (baseline {x['baseline_token']} vs {x['mode_token']}; baseline runner-up "
+            f"{x['baseline_runner_up']}, logit gap {gap}, near-tie bound {bound}; lengths {x['baseline_length']} "
+            f"and {x['mode_length']}){'[/]' if bad else ''}"
+        )
     if not greedy:
         console.print("[yellow]lossless check skipped: temperature > 0 (outputs are samples)[/]")
     elif mismatches:
-        for x in mismatches:
-            console.print(
-                f"[bold red]MISMATCH[/] [red]{escape(x['mode'])}: prompt {escape(x['prompt_id'])} "
-                f"repeat {x['repeat'] + 1} "
-                f"turn {x['turn'] + 1}: first differing token at position {x['first_diff']} "
-                f"(baseline {x['baseline_token']} vs {x['mode_token']}; lengths {x['baseline_length']} "
-                f"and {x['mode_length']})[/]"
-            )
         console.print(f"[bold red]lossless check failed: {len(mismatches)} of {compared} outputs differ "
-                      "from the baseline[/]")
+                      "from the baseline beyond a floating-point near-tie[/]")
     elif compared == 0:
         console.print("lossless check: nothing to compare (only the baseline ran)")
     else:
-        console.print(f"[green]lossless check passed: {compared} outputs identical to the baseline "
+        console.print(f"[green]lossless check passed: {compared - len(ties)} of {compared} outputs identical to "
+                      f"the baseline, {len(ties)} diverged at a floating-point near-tie, 0 mismatches "
                       "(temperature 0)[/]")
     if result.interrupted:
         how = "terminated (SIGTERM)" if result.stopped_by == "SIGTERM" else "interrupted"
@@ -1246,16 +1427,17 @@ def command(opts: BenchOptions, *, verifier: Verifier | None = None, console: Co
     if failure is not None and not result.records:
         raise failure
 
-    mismatches = finish_records(result.records)
+    divergences = divergences_of(result.records, result.numerics.get("tie_bound"))
+    mismatches = [x for x in divergences if x["verdict"] == "mismatch"]
     rows = aggregate(result.records, [m.name for m in plan.modes])
     best = best_mode(plan, rows) if (opts.sweep or opts.write_profile) else None
     if opts.json_out:
-        _write(opts.json_out, json.dumps(document(result, rows, mismatches, best), indent=2) + "\n", "JSON")
+        _write(opts.json_out, json.dumps(document(result, rows, divergences, best), indent=2) + "\n", "JSON")
     if opts.csv_out:
         _write(opts.csv_out, csv_text(result.records), "CSV")
     if opts.markdown_out:
         _write(opts.markdown_out, markdown_table(rows), "Markdown")
-    report(result, rows, mismatches, console)
+    report(result, rows, divergences, console)
     if failure is not None:
         raise failure
     if result.interrupted:

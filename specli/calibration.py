@@ -1,19 +1,59 @@
-"""Measure this machine's costs once per model + offload + threads, and cache them:
-the target's time to verify a batch of k + 1 tokens (k = 0: a plain step) and the
-draft model's time per token."""
+"""Measure this machine's costs and numerics once per model + build + offload + threads,
+and cache them:
+
+- the target's one-token step `t1` and one llama.cpp batch of n tokens as a ratio to it,
+  for n in SIZES (the controller interpolates between them and extrapolates past them);
+- the draft model's token, as a ratio to t1;
+- `exact_batch`: the largest batch whose every row's logits are bit-identical to
+  one-token decoding (llama.cpp's CPU kernels change their summation order with the
+  batch size: llamafile's tinyBLAS from 2 rows, repacked weights from 4, the tiled
+  K-quant matmul from 8), measured on the loaded model rather than assumed;
+- `max_logit_diff`: the largest |batch row - one-token row| seen on that probe, the
+  floating-point noise that decides what a near-tie is (bench's tie-aware check).
+
+Timings take the fastest of two runs (noise only ever adds time); a size that costs
+more than a larger one by over 1.5x, or more than n plain steps, is measured again.
+"""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from specli.types import LanguageModel
 
-CALIBRATION_VERSION = 3  # 2: flash attention off on CPU; 3: F16 verifies in one batch
+CALIBRATION_VERSION = 4  # 4: one-batch cost curve to 33 tokens, measured exact chunk and logit noise
+SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 33)
+EXACT_SIZES_MAX = 16  # bit-exactness is compared on batches up to this size...
+PROBE_ROWS = 16  # ...against this many one-token rows
+TIMED_PASSES = 2
+OUTLIER = 1.5
+
+
+@dataclass
+class Calibration:
+    t1: float  # seconds of one plain target step
+    sizes: list[int]
+    ratios: list[float]  # one batch of sizes[i] tokens / t1
+    draft_ratio: float = 0.0  # one draft-model token / t1 (0: no draft model)
+    exact_batch: int = 1
+    max_logit_diff: float = 0.0
+    measured: str = ""
+    remeasured_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def tie_bound(self) -> float:
+        """Largest gap between two logits that batching noise can close: each of the two
+        may move by up to max_logit_diff."""
+        return 2.0 * self.max_logit_diff
 
 
 def cache_file() -> Path:
@@ -21,53 +61,131 @@ def cache_file() -> Path:
     return Path(base) / "specli" / "calibration.json"
 
 
-def _time_batches(model: LanguageModel, context: Sequence[int], sizes: Sequence[int], reps: int) -> list[float]:
-    """Median seconds to decode a batch of each size (logits for every row) on top of `context`."""
-    model.rollback(0)
-    model.decode(context)
-    base = model.n_past
-    filler = list(context[1 : 1 + max(sizes)]) or [context[0]] * max(sizes)
-    out = []
-    for n in sizes:
-        times = []
-        for _ in range(reps + 1):  # first run warms the output buffer
-            t0 = time.perf_counter()
-            model.decode(filler[:n], range(n), exact=True)
-            times.append(time.perf_counter() - t0)
-            model.rollback(base)
-        out.append(statistics.median(times[1:]))
-    model.rollback(0)
-    return out
+def _probe_exactness(model: LanguageModel, base: int, probe: Sequence[int]) -> tuple[np.ndarray, list[float]]:
+    """One-token rows of `probe` on top of the cache's first `base` tokens, and the
+    seconds of each step."""
+    model.rollback(base)
+    rows, times = [], []
+    for t in probe:
+        t0 = time.perf_counter()
+        rows.append(model.decode([t], [0])[0].copy())
+        times.append(time.perf_counter() - t0)
+    model.rollback(base)
+    return np.stack(rows), times
 
 
-def measure(target: LanguageModel, draft: LanguageModel | None, context: Sequence[int], k_max: int,
-            reps: int = 2) -> dict[str, object]:
-    verify = _time_batches(target, context, [k + 1 for k in range(k_max + 1)], reps)
-    draft_step = _time_batches(draft, context, [1], reps + 2)[0] if draft is not None else 0.0
-    return {"verify": verify, "draft_step": draft_step}
+def _time_batch(model: LanguageModel, base: int, tokens: Sequence[int]) -> tuple[float, np.ndarray]:
+    t0 = time.perf_counter()
+    rows = model.decode(tokens, range(len(tokens)))
+    dt = time.perf_counter() - t0
+    head = rows[: min(len(tokens), PROBE_ROWS)].copy()
+    model.rollback(base)
+    return dt, head
 
 
-def load_or_measure(key: str, target: LanguageModel, draft: LanguageModel | None, context: Sequence[int],
-                    k_max: int, path: Path | None = None) -> dict[str, object]:
-    """Cached figures for `key`, measured now if missing or too short."""
-    path = path or cache_file()
+def exact_batch_from(exact: dict[int, bool]) -> int:
+    """Largest c such that every tested batch size <= c was bit-exact (1 if none)."""
+    c = 1
+    for n in sorted(exact):
+        if not exact[n]:
+            break
+        c = n
+    return c
+
+
+def fix_outliers(sizes: Sequence[int], ratios: Sequence[float]) -> list[int]:
+    """Sizes whose ratio is implausible: above n (dearer than n plain steps) or more
+    than OUTLIER times a larger size's."""
+    bad = []
+    for i, (n, r) in enumerate(zip(sizes, ratios)):
+        if n > 1 and (r > n or any(r > OUTLIER * r2 for r2 in ratios[i + 1 :])):
+            bad.append(n)
+    return bad
+
+
+def measure(target: LanguageModel, draft: LanguageModel | None, context: Sequence[int]) -> Calibration:
+    """Costs and numerics of `target` (and `draft`) on top of `context` (>= 34 tokens)."""
+    n_max = max(SIZES)
+    filler = list(context[1 : 1 + n_max])
+    if len(filler) < n_max:
+        raise ValueError(f"calibration needs a context of at least {n_max + 1} tokens")
+    target.rollback(0)
+    target.decode(context)
+    base = target.n_past
+    ref, one_times = _probe_exactness(target, base, filler[:PROBE_ROWS])
+    t1 = statistics.median(one_times)
+    times: dict[int, list[float]] = {n: [] for n in SIZES[1:]}
+    exact: dict[int, bool] = {}
+    max_diff = 0.0
+    for p in range(TIMED_PASSES + 1):
+        for n in SIZES[1:]:
+            dt, head = _time_batch(target, base, filler[:n])
+            if p == 0:  # the first pass also warms each size's output buffer: not timed
+                diff = np.abs(head - ref[: len(head)])
+                max_diff = max(max_diff, float(diff.max()))
+                if n <= EXACT_SIZES_MAX:
+                    exact[n] = bool(np.array_equal(head, ref[: len(head)]))
+            else:
+                times[n].append(dt)
+    ratios = [1.0] + [min(times[n]) / t1 for n in SIZES[1:]]
+    again = fix_outliers(SIZES, ratios)
+    for n in again:
+        i = SIZES.index(n)
+        ratios[i] = min(ratios[i], min(_time_batch(target, base, filler[:n])[0] for _ in range(2)) / t1)
+    for i in range(len(ratios) - 2, 0, -1):  # still implausible: no dearer than a larger batch
+        ratios[i] = min(ratios[i], ratios[i + 1] * OUTLIER)
+    target.rollback(0)
+    draft_ratio = 0.0
+    if draft is not None:
+        draft.rollback(0)
+        draft.decode(context)
+        _, d_times = _probe_exactness(draft, draft.n_past, filler[:8])
+        draft_ratio = statistics.median(d_times) / t1
+        draft.rollback(0)
+    now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    return Calibration(t1, list(SIZES), ratios, draft_ratio, exact_batch_from(exact), max_diff, now, again)
+
+
+def _read(path: Path) -> dict[str, object]:
     try:
         data = json.loads(path.read_text())
-        if data.get("version") != CALIBRATION_VERSION:
-            data = {}
+        if isinstance(data, dict) and data.get("version") == CALIBRATION_VERSION:
+            return data
     except (OSError, ValueError):
-        data = {}
-    entry = data.get("entries", {}).get(key)
-    if entry and len(entry["verify"]) > k_max and (draft is None or entry["draft_step"] > 0):
-        return dict(entry)
-    entry = measure(target, draft, context, k_max)
-    data.setdefault("entries", {})[key] = entry
-    data["version"] = CALIBRATION_VERSION
+        pass
+    return {"version": CALIBRATION_VERSION, "entries": {}}
+
+
+def load(key: str, path: Path | None = None) -> Calibration | None:
+    entries = _read(path or cache_file()).get("entries")
+    entry = entries.get(key) if isinstance(entries, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return Calibration(**entry)
+    except TypeError:
+        return None
+
+
+def store(key: str, cal: Calibration, path: Path | None = None) -> None:
+    """Write one entry atomically (a read-only cache only costs a re-measurement)."""
+    path = path or cache_file()
+    data = _read(path)
+    data.setdefault("entries", {})[key] = asdict(cal)  # type: ignore[index]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp-{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, path)
     except OSError:
-        pass  # a read-only cache only costs a re-measurement next time
-    return entry
+        pass
+
+
+def load_or_measure(key: str, target: LanguageModel, draft: LanguageModel | None, context: Sequence[int],
+                    path: Path | None = None, recalibrate: bool = False) -> Calibration:
+    """Cached figures for `key`, measured now if missing, incomplete or asked for."""
+    cal = None if recalibrate else load(key, path)
+    if cal is None or (draft is not None and cal.draft_ratio <= 0):
+        cal = measure(target, draft, context)
+        store(key, cal, path)
+    return cal

@@ -20,7 +20,7 @@ from specli.runtime import Runtime
 
 # settings that need the models reloaded cannot change inside a session
 FIXED_KEYS = {"target", "draft", "ctx", "n_batch", "threads", "n_gpu_layers", "draft_n_gpu_layers",
-              "main_gpu", "tensor_split", "flash_attn", "kv_type"}
+              "main_gpu", "tensor_split", "flash_attn", "kv_type", "verify"}
 
 HELP = """\
 /stats              figures of the last turn and of the whole session

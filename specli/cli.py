@@ -229,6 +229,15 @@ ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Profile
 TargetOpt = Annotated[str | None, typer.Option(help="Target model: registry name or .gguf path.")]
 DraftOpt = Annotated[str | None, typer.Option(help="Draft model: name, path, or 'none'.")]
 DrafterOpt = Annotated[str | None, typer.Option(help="draft | ngram | hybrid | auto | none.")]
+ExactOpt = Annotated[bool | None, typer.Option(
+    "--exact", help="Verify in chunks bit-identical to one-token decoding (slower; default: one batch, "
+                    "equal to the target's output except at floating-point near-ties).")]
+RecalibrateOpt = Annotated[bool, typer.Option(
+    "--recalibrate", help="Measure this machine's costs again instead of using the cached calibration.")]
+
+
+def verify_mode(exact: bool | None) -> str | None:
+    return None if exact is None else ("exact" if exact else "batch")
 
 
 def settings_from(profile: str | None, overrides: dict[str, Any]) -> Settings:
@@ -269,6 +278,8 @@ def generate(
     draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
     ctx: Annotated[int | None, typer.Option(help="Context size in tokens.")] = None,
+    exact: ExactOpt = None,
+    recalibrate: RecalibrateOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object when done.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the text.")] = False,
     color_draft: Annotated[bool, typer.Option(help="Colour tokens that came from the draft.")] = True,
@@ -279,22 +290,24 @@ def generate(
         "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed,
         "max_tokens": max_tokens, "stop": stop or None, "system": system, "raw": raw,
         "n_gpu_layers": n_gpu_layers, "draft_n_gpu_layers": draft_n_gpu_layers, "threads": threads, "ctx": ctx,
+        "verify": verify_mode(exact),
     }
 
     def body() -> None:
         s = settings_from(profile, overrides)
         text = read_prompt(prompt)
-        run_generate(s, text, as_json=as_json, quiet=quiet, color_draft=color_draft)
+        run_generate(s, text, as_json=as_json, quiet=quiet, color_draft=color_draft, recalibrate=recalibrate)
 
     guarded(body)
 
 
-def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True) -> None:
+def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True,
+                 recalibrate: bool = False) -> None:
     from specli.dashboard import Dashboard, summary_line
     from specli.engine import generate as engine_generate
     from specli.runtime import open_runtime
 
-    rt = open_runtime(s)
+    rt = open_runtime(s, recalibrate=recalibrate)
     print_notes(rt.notes)
     out = sys.stdout
     parts: list[str] = []
@@ -364,6 +377,8 @@ def chat(
     draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
     ctx: Annotated[int | None, typer.Option(help="Context size in tokens.")] = None,
+    exact: ExactOpt = None,
+    recalibrate: RecalibrateOpt = False,
     dashboard: Annotated[bool, typer.Option(help="Live dashboard per reply (terminal only).")] = True,
     color_draft: Annotated[bool, typer.Option(help="Colour tokens that came from the draft.")] = True,
 ) -> None:
@@ -372,6 +387,7 @@ def chat(
         "target": target, "draft": draft, "drafter": drafter, "draft_max": draft_max, "p_min": p_min,
         "temperature": temperature, "seed": seed, "max_tokens": max_tokens, "system": system,
         "n_gpu_layers": n_gpu_layers, "draft_n_gpu_layers": draft_n_gpu_layers, "threads": threads, "ctx": ctx,
+        "verify": verify_mode(exact),
     }
 
     def body() -> None:
@@ -380,7 +396,7 @@ def chat(
 
         given = {k: v for k, v in overrides.items() if v is not None}
         s = profiles.resolve_settings(profile, given)
-        rt = open_runtime(s)
+        rt = open_runtime(s, recalibrate=recalibrate)
         print_notes(rt.notes)
         try:
             console = Console()
@@ -421,8 +437,11 @@ def bench(
                                                    "'draft-max=1..8,p-min=0,0.3,0.6'.")] = None,
     write_profile: Annotated[str | None, typer.Option(help="Save the fastest lossless mode as a user "
                                                            "profile NAME.")] = None,
-    peer: Annotated[str | None, typer.Option(help="Also run llama-cpp-python's prompt-lookup decoding: "
-                                                  "llama-cpp-python[:k=N,ngram_max=M].")] = None,
+    peer: Annotated[list[str] | None, typer.Option(
+        help="Also run a peer on the same prompts (repeatable): llama.cpp:ngram-simple, llama.cpp:ngram-mod, "
+             "llama.cpp:draft:k=N (llama.cpp's own programs, built by scripts/build-llama-cpp.sh; their "
+             "speedups are against llama.cpp's plain decoding), or llama-cpp-python[:k=N,ngram_max=M] "
+             "(its prompt-lookup decoding).")] = None,
     limit: Annotated[int | None, typer.Option(help="At most N prompts per category.")] = None,
     categories: Annotated[str | None, typer.Option(help="Only these categories (comma-separated).")] = None,
     turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache.")] = "first",
@@ -433,17 +452,63 @@ def bench(
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
     n_gpu_layers: Annotated[int | None, typer.Option(help="Target layers on the GPU (-1 = all).")] = None,
     draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
+    exact: ExactOpt = None,
+    recalibrate: RecalibrateOpt = False,
 ) -> None:
     opts = bench_module.BenchOptions(
         profile=profile, prompts=prompts, suite=suite, modes=modes, max_tokens=max_tokens, repeat=repeat,
         temperature=temperature, json_out=json_out, csv_out=csv_out, markdown_out=markdown_out, sweep=sweep,
         write_profile=write_profile, peer=peer, limit=limit, categories=categories, turns=turns, warmup=warmup,
         overrides={"target": target, "draft": draft, "ctx": ctx, "threads": threads, "n_gpu_layers": n_gpu_layers,
-                   "draft_n_gpu_layers": draft_n_gpu_layers},
+                   "draft_n_gpu_layers": draft_n_gpu_layers, "verify": verify_mode(exact)},
+        recalibrate=recalibrate,
     )
     code = guarded(lambda: bench_module.command(opts))
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def calibrate(
+    profile: ProfileOpt = None,
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
+    n_gpu_layers: Annotated[int | None, typer.Option(help="Target layers on the GPU (-1 = all).")] = None,
+    draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
+    show: Annotated[bool, typer.Option("--show", help="Only show the cached table (measure if none).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Measure this machine's costs (plain step, one-batch verify curve, draft token) and
+    numerics (largest bit-exact chunk, batch logit noise) again, and show them."""
+    overrides = {"target": target, "draft": draft, "threads": threads, "n_gpu_layers": n_gpu_layers,
+                 "draft_n_gpu_layers": draft_n_gpu_layers, "drafter": "auto"}
+
+    def body() -> None:
+        from dataclasses import asdict
+
+        from specli.runtime import open_runtime
+
+        s = settings_from(profile, overrides)
+        rt = open_runtime(s, recalibrate=not show)
+        try:
+            cal = rt.calibration()
+            key = rt.calibration_key()
+        finally:
+            rt.close()
+        if as_json:
+            print(json.dumps({"key": key, **asdict(cal), "tie_bound": cal.tie_bound}, indent=2))
+            return
+        t = Table("batch of n tokens", "cost in plain steps", "ceiling n / cost", title=f"calibration: {key}")
+        for n, r in zip(cal.sizes, cal.ratios):
+            t.add_row(str(n), f"{r:.2f}", f"{n / r:.2f}x")
+        console = Console()
+        console.print(t)
+        console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; "
+                      f"largest bit-exact chunk = {cal.exact_batch}; batch logit noise <= {cal.max_logit_diff:.3g} "
+                      f"(near-tie bound {cal.tie_bound:.3g}); measured {cal.measured}", highlight=False)
+
+    guarded(body)
 
 
 def line_reader() -> Callable[[str], str]:

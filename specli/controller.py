@@ -9,12 +9,23 @@ a_1..a_k (a_i = P(token i accepted | tokens < i accepted)):
 
 The controller picks, each step, the (drafter, k) with the highest expected speed;
 k = 0 is plain decoding, so speculation turns itself off where it does not pay.
+
+Costs are held as ratios to a plain step (`t1`), which is tracked online: a machine that
+is uniformly slower or faster than at calibration changes nothing but t1. A batch-cost
+curve that is wrong in shape or level (a calibration taken on a busy machine) is caught
+by the batches actually verified: their seconds correct the curve's level at once when
+they disagree with it twice in a row by more than DRIFT, and `drifted` tells the caller
+to store the corrected table.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+DRIFT = 1.5  # observed / predicted cost beyond this factor (either way) is drift, not noise
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -25,6 +36,16 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
         run *= a
         total += run
     return total
+
+
+def reach_probabilities(acceptance: Sequence[float], k: int) -> list[float]:
+    """reach[i] = P(the first i draft tokens are all accepted), i = 0..k."""
+    out, run = [1.0], 1.0
+    for i in range(k):
+        a = acceptance[i] if i < len(acceptance) else (acceptance[-1] if acceptance else 0.0)
+        run *= a
+        out.append(run)
+    return out
 
 
 def best_k(
@@ -38,18 +59,36 @@ def best_k(
     draft_cost[k]: seconds to draft k tokens (draft_cost[0] = 0)."""
     k_max = min(k_max, len(verify_cost) - 1, len(draft_cost) - 1)
     best = (0, 1.0 / verify_cost[0] if verify_cost[0] > 0 else 0.0)
+    tokens = 1.0
+    reach = reach_probabilities(acceptance, k_max)
     for k in range(1, k_max + 1):
+        tokens += reach[k]
         cost = verify_cost[k] + draft_cost[k]
         if cost <= 0:
             continue
-        speed = expected_tokens(acceptance, k) / cost
+        speed = tokens / cost
         if speed > best[1] * (1 + 1e-9):
             best = (k, speed)
     return best
 
 
+def chunked_verify_costs(batch_cost: Sequence[float], chunk: int, reach: Sequence[float]) -> list[float]:
+    """Expected seconds to verify k + 1 tokens in chunks of `chunk` rows that stop at the
+    first rejected token: chunk j (rows j*chunk ..) is decoded only when the draft
+    tokens before it were all accepted. batch_cost[n - 1]: one batch of n tokens."""
+    out = []
+    for k in range(len(reach)):
+        n, total, start = k + 1, 0.0, 0
+        while start < n:
+            size = min(chunk, n - start)
+            total += reach[min(start, k)] * batch_cost[size - 1]
+            start += size
+        out.append(total)
+    return out
+
+
 class Ema:
-    """Exponential moving average with a prior weight (so early samples move it)."""
+    """Exponential moving average."""
 
     def __init__(self, value: float, alpha: float = 0.1) -> None:
         self.value, self.alpha = value, alpha
@@ -92,38 +131,114 @@ class AcceptanceStats:
         return out
 
 
+def interpolate(sizes: Sequence[int], values: Sequence[float], n: int) -> float:
+    """Piecewise-linear value at n through the points (sizes[i], values[i]); past the
+    last point the last segment's slope continues (never decreasing)."""
+    i = bisect.bisect_left(sizes, n)
+    if i < len(sizes) and sizes[i] == n:
+        return values[i]
+    if i == 0:
+        return values[0]
+    if i == len(sizes):
+        if len(sizes) == 1:
+            return values[0] * n / sizes[0]
+        i = len(sizes) - 1
+        slope = max(0.0, (values[i] - values[i - 1]) / (sizes[i] - sizes[i - 1]))
+        return values[i] + slope * (n - sizes[i])
+    lo, hi = sizes[i - 1], sizes[i]
+    return values[i - 1] + (values[i] - values[i - 1]) * (n - lo) / (hi - lo)
+
+
 @dataclass
 class Costs:
-    """Seconds per operation on this machine, refined online.
-    verify[k]: target batch of k + 1 tokens; draft_step: one draft-model token."""
+    """This machine's costs: `t1` seconds for a plain target step, tracked online;
+    `ratios[i]`: a target batch of `sizes[i]` tokens in plain steps (sizes[0] = 1);
+    `draft_ratio`: one draft-model token in plain steps; `chunk`: verify in chunks of
+    this many rows (exact mode), None = the whole draft in one batch."""
 
-    verify: list[Ema]
-    draft_step: Ema
-    ngram_step: Ema = field(default_factory=lambda: Ema(2e-5))
+    t1: float
+    sizes: list[int]
+    ratios: list[float]
+    draft_ratio: float = 0.0
+    chunk: int | None = None
+    level: float = 1.0  # online correction of every batch ratio (n >= 2)
+    ngram_step: float = 2e-5
+    drifted: bool = False  # observations disagreed with the table: store the corrected one
+    _t1: Ema = field(init=False, repr=False)
+    _off: int = field(default=0, init=False, repr=False)  # consecutive observations off by > DRIFT
+
+    def __post_init__(self) -> None:
+        self._t1 = Ema(self.t1, 0.2)
 
     @classmethod
     def from_measured(cls, verify: Sequence[float], draft_step: float) -> Costs:
-        return cls([Ema(v) for v in verify], Ema(draft_step))
+        """From seconds per batch of 1, 2, ... tokens and per draft-model token."""
+        t1 = verify[0]
+        return cls(t1, list(range(1, len(verify) + 1)), [v / t1 for v in verify], draft_step / t1)
 
-    def verify_costs(self) -> list[float]:
-        return [e.value for e in self.verify]
+    @property
+    def step(self) -> float:
+        """Seconds of a plain target step, as observed lately."""
+        return self._t1.value
+
+    @property
+    def doubting(self) -> bool:
+        """The last verification disagreed with the table by more than DRIFT."""
+        return self._off > 0
+
+    def batch_ratio(self, n: int) -> float:
+        """A batch of n tokens, in plain steps (one batch, however large)."""
+        if n <= 1:
+            return 1.0
+        return max(1.0, interpolate(self.sizes, self.ratios, n) * self.level)
+
+    def verify_costs(self, k_max: int, reach: Sequence[float] | None = None) -> list[float]:
+        """Seconds to verify k + 1 tokens, k = 0..k_max; in exact mode the expected
+        seconds given reach probabilities (see chunked_verify_costs)."""
+        batch = [self.batch_ratio(n) * self.step for n in range(1, k_max + 2)]
+        if self.chunk is None or self.chunk > k_max:
+            return batch
+        return chunked_verify_costs(batch, self.chunk, reach or [1.0] * (k_max + 1))
 
     def observe_verify(self, k: int, seconds: float) -> None:
-        if k < len(self.verify):
-            self.verify[k].add(seconds)
+        """A verification of k + 1 tokens took `seconds` (drafting excluded)."""
+        if seconds <= 0:
+            return
+        if k == 0:
+            self._t1.add(seconds)
+            return
+        n = k + 1 if self.chunk is None else min(k + 1, self.chunk)
+        chunks = 1 if self.chunk is None else math.ceil((k + 1) / self.chunk)
+        raw = interpolate(self.sizes, self.ratios, n) * self.level * self.step * chunks
+        off = seconds / max(raw, self.step * chunks)  # against what the controller priced
+        fix = seconds / raw if raw > 0 else 1.0  # against the table itself (it may be below 1)
+        if off > DRIFT or off < 1 / DRIFT:
+            self._off += 1
+            if self._off >= 2:  # twice in a row: the table is wrong, not the moment
+                self.level *= fix
+                self.drifted = True
+                self._off = 0
+        else:
+            self._off = 0
+            self.level *= fix ** 0.1  # slow refinement in log space
+
+    def observe_draft_step(self, seconds: float) -> None:
+        if self.step > 0:
+            self.draft_ratio += 0.1 * (seconds / self.step - self.draft_ratio)
 
     def draft_costs(self, kind: str, k_max: int, pending: int = 1) -> list[float]:
         """Cost of drafting k tokens: the draft model decodes `pending` catch-up
-        tokens in one batch for the first, then one token each."""
+        tokens in one batch for the first, then one token each (its batches are
+        assumed to scale like the target's)."""
         if kind == "ngram":
-            return [0.0] + [self.ngram_step.value] * k_max
-        step = self.draft_step.value
-        # the first token needs the tokens the draft cache lacks, decoded in one batch;
-        # assume the draft's batches scale like the target's
-        v = self.verify
-        batch_ratio = v[min(pending, len(v)) - 1].value / v[0].value if v[0].value > 0 else 1.0
-        catch_up = step * max(1.0, batch_ratio)
+            return [0.0] + [self.ngram_step] * k_max
+        step = self.draft_ratio * self.step
+        catch_up = step * self.batch_ratio(pending)
         return [0.0] + [catch_up + step * (k - 1) for k in range(1, k_max + 1)]
+
+    def corrected(self) -> tuple[float, list[float], float]:
+        """(t1, ratios at `sizes`, draft_ratio) as observed: for the calibration cache."""
+        return self.step, [self.batch_ratio(n) for n in self.sizes], self.draft_ratio
 
 
 @dataclass(frozen=True)
@@ -140,13 +255,14 @@ def choose(
     pending: int = 1,
 ) -> Choice:
     """Best (drafter, k) among `available` (name -> most tokens it can offer now)."""
-    verify = costs.verify_costs()
-    best = Choice("none", 0, 1.0 / verify[0] if verify[0] > 0 else 0.0)
+    best = Choice("none", 0, 1.0 / costs.step if costs.step > 0 else 0.0)
     for name, k_avail in available.items():
         if k_avail <= 0:
             continue
-        k_max = min(k_avail, len(verify) - 1)
-        k, speed = best_k(verify, costs.draft_costs(name, k_max, pending), acceptance[name].rates(k_max), k_max)
+        rates = acceptance[name].rates(k_avail)
+        reach = reach_probabilities(rates, k_avail) if costs.chunk is not None else None
+        verify = costs.verify_costs(k_avail, reach)
+        k, speed = best_k(verify, costs.draft_costs(name, k_avail, pending), rates, k_avail)
         if k > 0 and speed > best.speed:
             best = Choice(name, k, speed)
     return best

@@ -32,6 +32,7 @@ class GenerationConfig:
     sampling: SamplingParams = SamplingParams()
     draft_max: int = 4
     stop: tuple[str, ...] = ()
+    exact: bool = False  # verify in chunks bit-identical to one-token decoding
 
 
 @dataclass
@@ -50,20 +51,21 @@ class StepEvent:
     stop_token: int | None = None  # the end-of-generation token, when one ended it
 
 
-# verify(draft, target_logits_rows, sampling, rng) -> Verdict
-Verifier = Callable[[Draft, np.ndarray, SamplingParams, np.random.Generator], Verdict]
+Rows = Sequence[np.ndarray] | np.ndarray  # target logits rows, one per batch token
+# verify(draft, rows, sampling, rng) -> Verdict; rows are read in order
+Verifier = Callable[[Draft, Rows, SamplingParams, np.random.Generator], Verdict]
 
 
 class _LazyProbs(Sequence[np.ndarray]):
     """Target probabilities per row, computed only when verification reaches a row."""
 
-    def __init__(self, logits: np.ndarray, params: SamplingParams) -> None:
+    def __init__(self, logits: Rows, params: SamplingParams) -> None:
         self._logits = logits
         self._params = params
         self._rows: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
-        return int(self._logits.shape[0])
+        return len(self._logits)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
         if i not in self._rows:
@@ -71,7 +73,27 @@ class _LazyProbs(Sequence[np.ndarray]):
         return self._rows[i]
 
 
-def verify_step(draft: Draft, logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
+class _ChunkedRows(Sequence[np.ndarray]):
+    """Verify rows decoded in chunks of `chunk` tokens only when verification reaches
+    them: the chunks after the first rejected token are never decoded (exact mode)."""
+
+    def __init__(self, target: LanguageModel, batch: Sequence[int], chunk: int) -> None:
+        self._target, self._batch, self._chunk = target, batch, max(1, chunk)
+        self._rows: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        while i >= len(self._rows):
+            start = len(self._rows)
+            end = min(len(self._batch), start + self._chunk)
+            rows = self._target.decode(self._batch[start:end], range(end - start))
+            self._rows.extend(rows.copy())  # the next decode overwrites the view
+        return self._rows[i]
+
+
+def verify_step(draft: Draft, logits: Rows, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
     """Greedy match at temperature 0, rejection sampling otherwise."""
     if sampling.greedy:
         return verify_greedy(draft.tokens, logits)  # type: ignore[arg-type]
@@ -182,11 +204,14 @@ def generate(
             draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
         t1 = time.perf_counter()
 
-        # 3. verify [last, d1..dk] in one target batch, logits for every row
+        # 3. verify [last, d1..dk]: one target batch, or exact chunks decoded as far as accepted
         n_before = target.n_past
         batch = [history[-1], *draft.tokens]
-        logits = target.decode(batch, range(len(batch)), exact=True)
-        verdict = verifier(draft, logits, config.sampling, rng)
+        rows: Rows = (
+            _ChunkedRows(target, batch, target.exact_batch) if config.exact
+            else target.decode(batch, range(len(batch)))
+        )
+        verdict = verifier(draft, rows, config.sampling, rng)
         n_acc = verdict.n_accepted
 
         # 4. keep the accepted prefix in the target cache; the next token is decoded next step

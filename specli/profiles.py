@@ -24,8 +24,9 @@ from specli.errors import ProfileError
 from specli.types import SamplingParams
 
 DRAFTERS = ("draft", "ngram", "hybrid", "auto", "none")
+VERIFY_MODES = ("batch", "exact")
 FLASH_ATTN = ("auto", "on", "off")
-KV_TYPES = ("f16", "q8_0", "q4_0", "f32")
+KV_TYPES = ("auto", "f16", "q8_0", "q4_0", "f32")
 NEEDS_DRAFT_MODEL = ("draft", "hybrid")
 
 DEFAULT_PROFILE = "default"
@@ -292,10 +293,15 @@ class Settings:
     # drafting
     drafter: str = _choice("draft", DRAFTERS, doc="who drafts: model, n-gram lookup, both, auto or none")
     draft_max: int = _int(4, 0, 64, doc="most tokens drafted per step")
+    verify: str = _choice(
+        "batch", VERIFY_MODES,
+        doc="batch: the whole draft in one target batch (greedy output equals the target's except at "
+            "floating-point near-ties); exact: chunks bit-identical to one-token decoding (slower)",
+    )
     draft_min: int = _int(0, 0, 64, doc="fewest tokens drafted per step (<= draft_max)")
     p_min: float = _float(0.0, 0.0, 1.0, doc="stop drafting below this draft-model top probability")
     ngram_min: int = _int(3, 1, 16, doc="shortest n-gram the n-gram drafter matches")
-    ngram_max: int = _int(6, 1, 16, doc="longest n-gram the n-gram drafter matches (>= ngram_min)")
+    ngram_max: int = _int(12, 1, 16, doc="longest n-gram the n-gram drafter matches (>= ngram_min)")
     # sampling
     temperature: float = _float(0.0, 0.0, 5.0, doc="sampling temperature; 0 = greedy")
     top_k: int = _int(0, 0, doc="keep the k most likely tokens; 0 = off")
@@ -320,9 +326,9 @@ class Settings:
         None, Spec("floats", "share of the model per GPU, e.g. [3, 1]; null = even", nullable=True)
     )
     flash_attn: str = _choice(
-        "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), doc="flash attention: auto (off on CPU, where it breaks bit-exact verification), on or off"
+        "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), doc="flash attention: auto (off on CPU, where its long-context kernel changes batch rows), on or off"
     )
-    kv_type: str = _choice("f16", KV_TYPES, doc="KV-cache element type")
+    kv_type: str = _choice("auto", KV_TYPES, doc="KV-cache element type; auto = f16, or q8_0 for verify: exact on CPU")
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(

@@ -14,11 +14,13 @@ from specli.backend import (
     LoadOptions,
     Model,
     available_memory,
+    build_id,
     free_vocab_handle,
     read_model_info,
     read_vocab,
     supports_gpu_offload,
 )
+from specli.calibration import Calibration
 from specli.controller import Costs
 from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, NgramDrafter
 from specli.engine import GenerationConfig
@@ -38,6 +40,7 @@ def load_options(s: Settings, for_draft: bool) -> LoadOptions:
         n_batch=s.n_batch,
         flash_attn=s.flash_attn,
         kv_type=s.kv_type,
+        exact_verify=s.verify == "exact" and not for_draft,
     )
 
 
@@ -65,9 +68,12 @@ class Runtime:
     draft: Model | None = None
     n_common: int = 0
     notes: list[str] = field(default_factory=list)  # things the user should be told
-    _costs: Costs | None = field(default=None, repr=False)
+    recalibrate: bool = False  # measure costs and numerics again instead of using the cache
+    _calibration: Calibration | None = field(default=None, repr=False)
+    _costs: dict[str, Costs] = field(default_factory=dict, repr=False)  # per verify mode
 
     def close(self) -> None:
+        self.save_costs()
         if self.draft is not None:
             self.draft.close()
         self.target.close()
@@ -82,7 +88,7 @@ class Runtime:
             return ngram
         if s.drafter == "auto":
             model = self._draft_model_drafter(s) if self.draft is not None else None
-            return AutoDrafter(self.costs(s.draft_max), model, ngram)
+            return AutoDrafter(self.costs(s), model, ngram)
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
         if s.drafter == "hybrid":
@@ -100,23 +106,51 @@ class Runtime:
             draft_min=s.draft_min,
         )
 
-    def costs(self, k_max: int) -> Costs:
-        """This machine's measured costs (cached on disk), refined by every run."""
-        if self._costs is None or len(self._costs.verify) <= k_max:
-            s = self.settings
-            parts = [self.target.path.name, str(self.target.size_bytes), f"ngl{s.n_gpu_layers}",
-                     f"t{s.threads or 'auto'}", s.kv_type, s.flash_attn]
-            if self.draft is not None:
-                parts += [self.draft.path.name, str(self.draft.size_bytes), f"dngl{s.draft_n_gpu_layers}"]
-            context = self.target.tokenize("def calibrate(x):\n    return [i * i for i in range(x)]\n" * 4)[:64]
-            entry = calibration.load_or_measure("|".join(parts), self.target, self.draft, context, max(k_max, 8))
-            self._costs = Costs.from_measured(entry["verify"], entry["draft_step"])  # type: ignore[arg-type]
-        return self._costs
+    def calibration_key(self) -> str:
+        s = self.settings
+        parts = [self.target.path.name, str(self.target.size_bytes), build_id(), f"ngl{s.n_gpu_layers}",
+                 f"t{s.threads or 'auto'}", s.kv_type, s.flash_attn, s.verify]
+        if self.draft is not None:
+            parts += [self.draft.path.name, str(self.draft.size_bytes), f"dngl{s.draft_n_gpu_layers}"]
+        return "|".join(parts)
+
+    def calibration(self) -> Calibration:
+        """This machine's measured costs and numerics (cached on disk; measured on first use)."""
+        if self._calibration is None:
+            context = self.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
+            self._calibration = calibration.load_or_measure(
+                self.calibration_key(), self.target, self.draft, context, recalibrate=self.recalibrate)
+            self.target.exact_batch = self._calibration.exact_batch
+        return self._calibration
+
+    def costs(self, s: Settings | None = None) -> Costs:
+        """Costs for settings `s`, refined online by every run of this runtime."""
+        s = s or self.settings
+        if s.verify not in self._costs:
+            cal = self.calibration()
+            chunk = cal.exact_batch if s.verify == "exact" else None
+            self._costs[s.verify] = Costs(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk)
+        return self._costs[s.verify]
+
+    def save_costs(self) -> None:
+        """Store the table corrected online when observed costs drifted from it, so the
+        next run starts from what this one learned (a calibration taken on a busy
+        machine cannot poison later runs)."""
+        cal = self._calibration
+        drifted = [c for c in self._costs.values() if c.drifted and c.chunk is None]
+        if cal is None or not drifted:
+            return
+        t1, ratios, draft_ratio = drifted[0].corrected()
+        calibration.store(self.calibration_key(), replace(cal, t1=t1, ratios=ratios, draft_ratio=draft_ratio))
+        drifted[0].drifted = False
 
     def generation_config(self, s: Settings | None = None) -> GenerationConfig:
         s = s or self.settings
+        if s.verify == "exact":
+            self.calibration()  # the exact chunk is measured, not assumed
         return GenerationConfig(
-            max_tokens=s.max_tokens, sampling=s.sampling(), draft_max=s.draft_max, stop=tuple(s.stop)
+            max_tokens=s.max_tokens, sampling=s.sampling(), draft_max=s.draft_max, stop=tuple(s.stop),
+            exact=s.verify == "exact",
         )
 
     def prompt_tokens(self, prompt: str, s: Settings | None = None) -> list[int]:
@@ -133,7 +167,10 @@ class Runtime:
         return [*msgs, *history, {"role": "user", "content": user}]
 
 
-KV_BYTES = {"f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
+CALIBRATION_TEXT = "def calibrate(values):\n    return [v * v for v in values if v % 3]\n\n" * 12
+CALIBRATION_CONTEXT = 128
+
+KV_BYTES = {"auto": 1.0, "f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
 
 
 def fit_context(s: Settings, path: Path, notes: list[str]) -> int:
@@ -157,7 +194,7 @@ def fit_context(s: Settings, path: Path, notes: list[str]) -> int:
     return n_ctx
 
 
-def open_runtime(s: Settings) -> Runtime:
+def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
     """Resolve names, check the pair on tokenizers, then load the weights."""
     target_path = registry.resolve(s.target)
     draft_path = registry.resolve(s.draft) if uses_draft_model(s) and s.draft else None
@@ -177,4 +214,4 @@ def open_runtime(s: Settings) -> Runtime:
     except BaseException:
         target.close()
         raise
-    return Runtime(s, target, draft, n_common or target.n_vocab, notes=notes)
+    return Runtime(s, target, draft, n_common or target.n_vocab, notes=notes, recalibrate=recalibrate)

@@ -49,6 +49,7 @@ class LanguageModel(Protocol):
     n_ctx: int
     tokens: list[int]
     decode_seconds: float
+    exact_batch: int  # largest batch bit-identical to one-token decoding (measured)
 
     @property
     def n_past(self) -> int: ...

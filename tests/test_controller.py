@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specli.controller import AcceptanceStats, Costs, best_k, choose, expected_tokens
+from specli.controller import (
+    AcceptanceStats,
+    Costs,
+    best_k,
+    choose,
+    chunked_verify_costs,
+    expected_tokens,
+    interpolate,
+    reach_probabilities,
+)
 
 
 def test_expected_tokens() -> None:
@@ -80,11 +89,51 @@ def test_acceptance_stats_are_conditional_per_position() -> None:
     assert s.rates(4) == [1.0, 0.5, 1.0, 1.0]
 
 
-def test_costs_refine_online() -> None:
+def test_costs_track_the_plain_step_online() -> None:
     costs = Costs.from_measured([1.0, 2.0], draft_step=0.5)
     for _ in range(100):
-        costs.observe_verify(1, 1.0)
-    assert costs.verify_costs()[1] == pytest.approx(1.0, abs=1e-3)
+        costs.observe_verify(0, 2.0)  # the machine got twice as slow: every cost follows t1
+    assert costs.step == pytest.approx(2.0, rel=1e-3)
+    assert costs.verify_costs(1)[1] == pytest.approx(4.0, rel=1e-3)
+    assert costs.draft_costs("draft", 1)[1] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_costs_interpolate_and_extrapolate_between_measured_sizes() -> None:
+    costs = Costs(1.0, [1, 2, 4, 8], [1.0, 1.5, 2.0, 3.0])
+    assert costs.batch_ratio(3) == pytest.approx(1.75)
+    assert costs.batch_ratio(6) == pytest.approx(2.5)
+    assert costs.batch_ratio(16) == pytest.approx(5.0)  # the last slope continues
+    assert interpolate([1, 2], [1.0, 0.5], 9) == pytest.approx(0.5)  # never a falling extrapolation
+
+
+@pytest.mark.parametrize("factor", [4.0, 0.25])
+def test_a_poisoned_table_is_corrected_by_two_observations(factor: float) -> None:
+    truth = Costs(1.0, [1, 2, 4, 8], [1.0, 1.5, 2.0, 3.0])
+    costs = Costs(1.0, [1, 2, 4, 8], [1.0] + [r * factor for r in truth.ratios[1:]])
+    costs.observe_verify(3, truth.verify_costs(3)[3])
+    assert costs.doubting and not costs.drifted  # one observation could be a hiccup
+    costs.observe_verify(7, truth.verify_costs(7)[7])
+    assert costs.drifted and not costs.doubting
+    for n in (2, 4, 8, 30):
+        assert costs.batch_ratio(n) == pytest.approx(truth.batch_ratio(n), rel=0.1)
+
+
+def test_one_noisy_observation_barely_moves_the_table() -> None:
+    costs = Costs(1.0, [1, 2, 4], [1.0, 1.5, 2.0])
+    costs.observe_verify(1, 10.0)  # a hiccup
+    costs.observe_verify(1, 1.5)  # then normal again
+    assert not costs.drifted and costs.batch_ratio(2) == pytest.approx(1.5)
+
+
+def test_exact_chunks_are_priced_by_the_chance_of_reaching_them() -> None:
+    batch = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]  # one batch of 1..7 tokens
+    reach = reach_probabilities([0.5] * 6, 6)
+    costs = chunked_verify_costs(batch, 3, reach)
+    assert costs[2] == pytest.approx(2.0)  # 3 tokens: one chunk
+    assert costs[3] == pytest.approx(2.0 + reach[3] * 1.0)  # the 4th token's chunk only if d1..d3 passed
+    assert costs[6] == pytest.approx(2.0 + reach[3] * 2.0 + reach[6] * 1.0)
+    exact = Costs(1.0, list(range(1, 8)), batch, chunk=3)
+    assert exact.verify_costs(6, reach) == pytest.approx(costs)
 
 
 # ------------------------------------------------------------------ auto drafter (n-gram only)

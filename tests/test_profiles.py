@@ -66,7 +66,8 @@ def test_defaults_and_sampling() -> None:
     assert s.target == "qwen2.5-coder-1.5b-instruct-q4_k_m"
     assert s.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
     assert (s.drafter, s.draft_max, s.draft_min, s.p_min) == ("draft", 4, 0, 0.0)
-    assert (s.ctx, s.n_batch, s.threads, s.kv_type, s.flash_attn) == (4096, 512, None, "f16", "auto")
+    assert (s.ctx, s.n_batch, s.threads, s.kv_type, s.flash_attn) == (4096, 512, None, "auto", "auto")
+    assert s.verify == "batch"
     assert s.sampling() == SamplingParams(0.0, 0, 1.0, 0.0, None)
     s2 = Settings(temperature=0.7, top_k=5, top_p=0.9, min_p=0.1, seed=3)
     assert s2.sampling() == SamplingParams(0.7, 5, 0.9, 0.1, 3)
@@ -144,7 +145,7 @@ def test_user_default_shadows_shipped_and_may_extend_it(config_dir: Path) -> Non
     s = resolve_settings()
     assert s.draft_max == 7  # the user's default
     assert s.p_min == 0.5  # ...built on the shipped default
-    assert resolve_settings("gpu").draft_max == 8  # gpu extends the user default
+    assert resolve_settings("gpu").draft_max == 64  # gpu extends the user default
 
 
 def test_find_profile_unknown_lists_names_and_close_matches() -> None:
@@ -181,7 +182,7 @@ def test_precedence_defaults_profile_overrides(tmp_path: Path) -> None:
 
 def test_no_profile_uses_shipped_default() -> None:
     s = resolve_settings()
-    assert (s.drafter, s.draft_max, s.p_min) == ("auto", 8, 0.5)
+    assert (s.drafter, s.draft_max, s.p_min) == ("auto", 64, 0.5)
     assert s == resolve_settings("default")
 
 
@@ -299,7 +300,7 @@ def test_wrong_type(tmp_path: Path) -> None:
         "target: null": "key 'target': expected a non-empty string, got null",
         "stop: [1, 2]": "key 'stop': expected a string or a list of strings",
         "drafter: magic": "expected one of draft, ngram, hybrid, auto, none, got 'magic' (str)",
-        "kv_type: q5": "expected one of f16, q8_0, q4_0, f32",
+        "kv_type: q5": "expected one of auto, f16, q8_0, q4_0, f32",
         "tensor_split: [0, 0]": "key 'tensor_split': expected a list of numbers >= 0",
         "tensor_split: {a: 1}": "key 'tensor_split'",
         "threads: many": "expected an integer >= 1, or auto/null",
@@ -356,8 +357,8 @@ def test_cross_field_checks(tmp_path: Path) -> None:
     msg = error_of(resolve_settings, "ngram", {"drafter": "hybrid"})
     assert msg.startswith("command line: --drafter: expected a drafter that needs no draft model")
     assert "ngram.yaml" in msg
-    msg = error_of(resolve_settings, "gpu", {"draft_min": 9})
-    assert msg.startswith("command line: --draft-min: expected a value <= draft_max (8 from ")
+    msg = error_of(resolve_settings, "ngram", {"draft_min": 17})
+    assert msg.startswith("command line: --draft-min: expected a value <= draft_max (16 from ")
     msg = error_of(resolve_settings, "default", {"draft_max": 1, "draft_min": 2})
     assert msg.startswith("command line: --draft-min:")
     assert resolve_settings("ngram", {"drafter": "auto"}).draft is None
@@ -446,22 +447,22 @@ def test_shipped_profiles_validate(name: str) -> None:
 def test_shipped_profile_values() -> None:
     d = resolve_settings("default")
     assert (d.target, d.draft) == ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
-    assert (d.drafter, d.draft_max, d.p_min) == ("auto", 8, 0.5)
+    assert (d.drafter, d.draft_max, d.p_min) == ("auto", 64, 0.5)
     g = resolve_settings("gpu")
     assert (g.n_gpu_layers, g.draft_n_gpu_layers, g.draft_max, g.p_min, g.flash_attn) == (
         -1,
         -1,
-        8,
+        64,
         0.3,
         "on",
     )
     f = resolve_settings("f16")
-    assert (f.target, f.draft_max, f.p_min) == ("qwen2.5-coder-1.5b-instruct-f16", 8, 0.3)
+    assert (f.target, f.draft_max, f.p_min) == ("qwen2.5-coder-1.5b-instruct-f16", 64, 0.3)
     assert f.draft == d.draft
     c = resolve_settings("creative")
     assert c.sampling() == SamplingParams(0.8, 40, 0.95, 0.05, None)
     n = resolve_settings("ngram")
-    assert (n.drafter, n.draft, n.draft_max) == ("ngram", None, 5)
+    assert (n.drafter, n.draft, n.draft_max) == ("ngram", None, 16)
 
 
 # ------------------------------------------------------------------ properties

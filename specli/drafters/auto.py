@@ -12,7 +12,8 @@ from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.types import Draft
 
-OPTIMISTIC_ACCEPTANCE = 0.95
+FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
+MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
 
 
 class AutoDrafter:
@@ -30,12 +31,12 @@ class AutoDrafter:
         self.ngram = ngram
         self.explore_every = explore_every
         self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5)}
-        # n-gram acceptance by match length: a 4-gram match predicts far better than a 2-gram
+        # n-gram acceptance by match length: a 6-token match predicts far better than a 3-token one
         self.ngram_by_n: dict[int, AcceptanceStats] = {}
         self.last = Choice("none", 0, 0.0)
         self._since_tried = {"draft": 0, "ngram": 0}
-        # steps between probes of a drafter not chosen; doubles while probes fail
-        self._interval = {"draft": explore_every, "ngram": explore_every}
+        # steps between probes of a drafter not chosen; doubles while probes fail, up to a cap
+        self._interval = {"draft": min(FIRST_PROBE, explore_every), "ngram": min(FIRST_PROBE, explore_every)}
         self._probing: str | None = None
         self._used: tuple[str, int] | None = None
         self._t_verify = 0.0
@@ -72,21 +73,19 @@ class AutoDrafter:
         choice = choose(self.costs, stats, available, pending)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
-                # probe (estimates go stale otherwise), but only a drafter that could win
-                # at the acceptance a good stretch of text gives; one token is the cheapest probe
-                hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
-                if choose(self.costs, hopeful, {name: n}, pending).speed > choice.speed:
-                    choice = Choice(name, 1, 0.0)
-                    self._probing = name
-                    break
-                self._since_tried[name] = 0
+                # a one-token probe on a schedule that slows down but never stops: without
+                # it, estimates that say "never draft" (a poisoned cost table, a bad
+                # stretch of text) could never be corrected
+                choice = Choice(name, 1, 0.0)
+                self._probing = name
+                break
         self.last = choice
         if choice.drafter == "ngram":
             d = Draft(ngram_draft.tokens[: choice.k], None, "ngram")
         elif choice.drafter == "draft" and self.draft is not None:
             d = self.draft.propose(history, choice.k)
             for s in self.draft.step_seconds:
-                self.costs.draft_step.add(s)
+                self.costs.observe_draft_step(s)
             d.source = "draft"
         else:
             d = Draft(source="none")
@@ -102,8 +101,10 @@ class AutoDrafter:
             self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify)
             if self._probing == name:
                 failed = n_accepted < n_drafted
-                self._interval[name] = min(self._interval[name] * 2, 8 * self.explore_every) if failed \
-                    else self.explore_every
+                cap = MAX_INTERVAL_FACTOR * self.explore_every
+                self._interval[name] = min(self._interval[name] * 2, cap) if failed else self.explore_every
+                if self.costs.doubting:  # that probe's cost disagreed with the table: confirm soon
+                    self._interval[name] = 2
                 self._probing = None
             if name in self.acceptance and n_drafted > 0:
                 self.acceptance[name].update(n_drafted, n_accepted)
