@@ -56,6 +56,7 @@ from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProfileError, Specl
 from specli.metrics import Counters
 from specli.profiles import Settings
 from specli.suites import SUITE_NAMES, Prompt, suite
+from specli.verify import MarginRecorder
 
 SCHEMA_VERSION = 1
 EXIT_LOSSLESS = 9
@@ -938,37 +939,6 @@ class Generated:
     counters: Counters
     margins: list[tuple[int, float]] | None = None  # the baseline's runner-up and logit gap per token
     no_tokens: bool = False  # a peer that reports text only: nothing to compare token by token
-
-
-def top_two_gap(row: Any) -> tuple[int, float]:
-    """(runner-up token, top logit - runner-up logit) of one logits row."""
-    top = int(row.argmax())
-    best = float(row[top])
-    rest = row.copy()
-    rest[top] = -float("inf")
-    second = int(rest.argmax())
-    return second, best - float(rest[second])
-
-
-class MarginRecorder:
-    """Wraps a verifier; records, for each token it emits, the target's runner-up and
-    logit gap at that row (the baseline emits one token per call)."""
-
-    def __init__(self, verifier: Callable[..., Any]) -> None:
-        self.verifier = verifier
-        self.margins: list[tuple[int, float]] = []
-        self.seconds = 0.0  # spent recording
-        self.first_seconds = 0.0  # of which in the prefill's call
-
-    def __call__(self, draft: Any, rows: Any, sampling: Any, rng: Any) -> Any:
-        verdict = self.verifier(draft, rows, sampling, rng)
-        t0 = time.perf_counter()
-        self.margins.append(top_two_gap(rows[verdict.n_accepted]))
-        dt = time.perf_counter() - t0
-        self.seconds += dt
-        if len(self.margins) == 1:
-            self.first_seconds = dt
-        return verdict
 
 
 class _Runner:

@@ -326,7 +326,7 @@ class Settings:
         None, Spec("floats", "share of the model per GPU, e.g. [3, 1]; null = even", nullable=True)
     )
     flash_attn: str = _choice(
-        "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), doc="flash attention: auto (off on CPU, where its long-context kernel changes batch rows), on or off"
+        "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), doc="flash attention: auto (llama.cpp decides: on where supported), on or off"
     )
     kv_type: str = _choice("auto", KV_TYPES, doc="KV-cache element type; auto = f16, or q8_0 for verify: exact on CPU")
 

@@ -7,6 +7,7 @@ it is indexed; nothing past the first rejected position is touched.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -93,3 +94,34 @@ def cut_at_stop(
     if len(tokens) >= limit:
         return list(tokens[:limit]), "length"
     return list(tokens), None
+
+
+def top_two_gap(row: Row) -> tuple[int, float]:
+    """(runner-up token, top logit - runner-up logit) of one logits row."""
+    top = int(row.argmax())
+    best = float(row[top])
+    rest = row.copy()
+    rest[top] = -float("inf")
+    second = int(rest.argmax())
+    return second, best - float(rest[second])
+
+
+class MarginRecorder:
+    """Wraps a verifier; records, for each token it emits, the target's runner-up and
+    logit gap at that row (the baseline emits one token per call)."""
+
+    def __init__(self, verifier: Callable[..., Verdict]) -> None:
+        self.verifier = verifier
+        self.margins: list[tuple[int, float]] = []
+        self.seconds = 0.0  # spent recording
+        self.first_seconds = 0.0  # of which in the prefill's call
+
+    def __call__(self, draft: Any, rows: Any, sampling: Any, rng: Any) -> Verdict:
+        verdict = self.verifier(draft, rows, sampling, rng)
+        t0 = time.perf_counter()
+        self.margins.append(top_two_gap(rows[verdict.n_accepted]))
+        dt = time.perf_counter() - t0
+        self.seconds += dt
+        if len(self.margins) == 1:
+            self.first_seconds = dt
+        return verdict

@@ -269,6 +269,56 @@ def test_lossless_comparison_finds_the_first_difference() -> None:
     assert bench.finish_records(sampled) == [] and sampled[1]["lossless"] == "unchecked"
 
 
+def test_divergences_are_near_ties_only_at_the_baselines_runner_up_within_the_bound() -> None:
+    base = _rec("baseline", 0, 10.0, [1, 2, 3, 4])
+    base["margins"] = [[9, 5.0], [9, 5.0], [7, 0.02], [9, 5.0]]  # at position 2 token 7 was 0.02 behind
+    tie = _rec("draft", 0, 12.0, [1, 2, 7, 5])
+    third = _rec("draft", 0, 12.0, [1, 2, 8, 5])  # not the runner-up
+    wide = _rec("draft", 0, 12.0, [1, 9, 3, 4])  # the runner-up, but 5 logits behind
+    exact = _rec("draft", 0, 12.0, [1, 2, 7, 5])
+    exact["verify"] = "exact"  # bit-exact mode: every divergence is a mismatch
+    verdicts = [bench.classify_divergence(base, r, bench.first_difference(base["tokens"], r["tokens"]) or 0, 0.05)
+                for r in (tie, third, wide, exact)]
+    assert verdicts == ["near-tie", "mismatch", "mismatch", "mismatch"]
+    assert bench.classify_divergence(base, tie, 2, None) == "mismatch"  # no measured bound: no excuse
+    assert bench.classify_divergence(base, tie, 2, 0.01) == "mismatch"  # gap above the bound
+    for r in (tie, third):
+        r["mode"] = "draft" if r is tie else "ngram"
+    recs = [base, tie, third]
+    divergences = bench.divergences_of(recs, 0.05)
+    assert [x["verdict"] for x in divergences] == ["near-tie", "mismatch"]
+    assert divergences[0]["baseline_gap"] == 0.02 and divergences[0]["baseline_runner_up"] == 7
+    assert [r["lossless"] for r in recs] == ["baseline", "near-tie", "mismatch"]
+    rows = {r["mode"]: r for r in bench.aggregate(recs) if r["category"] == "all"}
+    assert (rows["draft"]["near_ties"], rows["draft"]["mismatches"]) == (1, 0)
+    assert (rows["ngram"]["near_ties"], rows["ngram"]["mismatches"]) == (0, 1)
+
+
+def test_llama_cpp_peer_output_is_parsed() -> None:
+    from specli import peers
+
+    spec = ("encoded  412 tokens in    3.210 seconds, speed:  128.349 t/s\n"
+            "decoded  193 tokens in    5.420 seconds, speed:   35.609 t/s\n\nn_draft   = 3\n"
+            "n_predict = 193\nn_drafted = 240\nn_accept  = 180\naccept    = 75.000%\n")
+    run = peers.parse_speculative(spec)
+    assert (run.n_generated, run.prefill_s, run.decode_s, run.n_drafted, run.n_accepted) == (193, 3.21, 5.42, 240, 180)
+    comp = ("common_perf_print: prompt eval time =    3000.00 ms /   412 tokens (    7.28 ms per token,   137.33 tokens"
+            " per second)\ncommon_perf_print:        eval time =   13700.00 ms /   191 runs   (   71.73 ms per token,"
+            "    13.94 tokens per second)\n")
+    run = peers.parse_completion(comp)
+    assert (run.n_generated, run.prefill_s, run.decode_s) == (192, 3.0, 13.7)
+    with pytest.raises(ValueError):
+        peers.parse_completion(spec)
+    assert peers.parse_peer_spec("draft:k=5") == ("draft", 5)
+    with pytest.raises(UsageError):
+        peers.parse_peer_spec("ngram-simple:k=5")
+    modes = bench.plan_bench(BenchOptions(suite="code", peer=["llama.cpp:ngram-simple", "llama.cpp:draft:k=3"],
+                                          modes="baseline")).modes
+    assert [(m.name, m.kind, m.compare_to) for m in modes] == [
+        ("baseline", "baseline", "baseline"), ("peer:llama.cpp", "peer-baseline", "peer:llama.cpp"),
+        ("peer:llama.cpp:ngram-simple", "peer", "peer:llama.cpp"), ("peer:llama.cpp:draft:k=3", "peer", "peer:llama.cpp")]
+
+
 def test_replay_proposals_counts_like_the_engine() -> None:
     c = Counters(n_generated=6)
     out = [10, 11, 12, 13, 14, 15]

@@ -1,0 +1,123 @@
+"""Calibration: the cache, and a controller that recovers from a poisoned cost table."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import QWEN_TARGET, model_file
+
+from specli import calibration
+from specli.calibration import Calibration, exact_batch_from, fix_outliers
+from specli.controller import Costs
+from specli.drafters import AutoDrafter, NgramDrafter
+from specli.engine import GenerationConfig, generate
+from specli.suites import suite
+
+
+def test_cache_round_trip_and_version(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    cal = Calibration(0.07, [1, 2, 4], [1.0, 1.4, 1.7], 0.4, 3, 0.45, "now")
+    calibration.store("k", cal, path)
+    assert calibration.load("k", path) == cal
+    assert calibration.load("other", path) is None
+    path.write_text('{"version": 3, "entries": {"k": {"verify": [1.0]}}}')  # an older format: re-measured
+    assert calibration.load("k", path) is None
+    path.write_text("not json")
+    assert calibration.load("k", path) is None
+
+
+def test_exact_chunk_is_the_longest_exact_prefix_of_sizes() -> None:
+    assert exact_batch_from({2: True, 3: True, 4: False, 5: True}) == 3
+    assert exact_batch_from({2: False, 3: True}) == 1
+    assert exact_batch_from({n: True for n in range(2, 17)}) == 16
+
+
+def test_implausible_timings_are_flagged_for_remeasuring() -> None:
+    sizes = [1, 2, 3, 4, 8]
+    assert fix_outliers(sizes, [1.0, 1.4, 1.8, 1.7, 3.0]) == []  # a dip at 4 rows is real (repack gemm)
+    assert fix_outliers(sizes, [1.0, 5.0, 1.8, 1.7, 3.0]) == [2]  # dearer than 2 steps and than 8 rows
+    assert fix_outliers(sizes, [1.0, 1.4, 1.8, 1.7, 9.0]) == [8]  # dearer than 8 plain steps
+
+
+# ---------------------------------------------------------- a poisoned table (real model)
+
+STEPS_TO_RECOVER = 64
+MODULE = """\
+def parse_size(text):
+    text = text.strip().lower()
+    units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def format_size(n):
+    for unit in ("", "k", "m", "g"):
+        if n < 1024:
+            return f"{n:.0f}{unit}"
+        n /= 1024
+    return f"{n:.1f}t"
+
+
+def chunks(items, size):
+    if size < 1:
+        raise ValueError("size must be at least 1")
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def merge_counts(a, b):
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0) + value
+    return out
+"""
+PROMPT = ("Add type hints and a one-line docstring to every function of this module. Reply with the whole "
+          "module in one Python code block and nothing else.\n\n```python\n" + MODULE + "```")
+
+
+def _modelled_speed_after(costs: Costs, truth: Calibration, target: object, prompt: list[int],
+                          skip: int) -> tuple[float, int]:
+    """Run auto (n-gram only) from `costs`; after the first `skip` steps, tokens per
+    second as the true cost table prices the steps taken (counts, not wall time), and
+    the number of steps counted."""
+    auto = AutoDrafter(costs, None, NgramDrafter(3, 12, target.is_eog))  # type: ignore[attr-defined]
+    true_costs = Costs(truth.t1, list(truth.sizes), list(truth.ratios))
+    tokens, seconds, steps = 0, 0.0, 0
+    for i, ev in enumerate(generate(target, prompt, GenerationConfig(max_tokens=448, draft_max=64), auto)):  # type: ignore[arg-type]
+        if i > skip:
+            tokens += len(ev.tokens)
+            seconds += true_costs.verify_costs(ev.n_drafted)[ev.n_drafted]
+            steps += 1
+    return tokens / seconds if seconds else 0.0, steps
+
+
+@pytest.mark.parametrize("factor", [4.0, 0.25])
+def test_auto_recovers_from_a_poisoned_cost_table(qwen_target: object, qwen_calibration: Calibration,
+                                                  factor: float) -> None:
+    """Start auto from a batch-cost table inflated 4x (it would never draft) or deflated 4x
+    (it would draft recklessly): the costs it observes correct the table, and after 64
+    steps it is at least 90 % as fast as with the fresh table, speed counted from the steps
+    it takes priced by the true table (not wall time, which is noisy)."""
+    model_file(QWEN_TARGET)
+    prompt = qwen_target.chat_tokens([{"role": "user", "content": PROMPT}])  # type: ignore[attr-defined]
+    cal = qwen_calibration
+
+    def costs(c: Calibration) -> Costs:
+        return Costs(c.t1, list(c.sizes), list(c.ratios), c.draft_ratio)
+
+    fresh, n_fresh = _modelled_speed_after(costs(cal), cal, qwen_target, prompt, STEPS_TO_RECOVER)
+    poisoned_costs = costs(replace(cal, ratios=[1.0] + [r * factor for r in cal.ratios[1:]]))
+    poisoned, n_poisoned = _modelled_speed_after(poisoned_costs, cal, qwen_target, prompt, STEPS_TO_RECOVER)
+    assert n_fresh > 10 and n_poisoned > 10  # long enough to tell
+    assert fresh * cal.t1 > 1.05  # the text is worth drafting: plain decoding would be 1.0
+    assert poisoned >= 0.9 * fresh, (poisoned * cal.t1, fresh * cal.t1)
+    assert poisoned_costs.drifted  # and the runtime stores the corrected table
