@@ -622,6 +622,7 @@ def open_llama_cpp_python_peer(
 
     _init_backend()
     check_gguf_header(path)
+    flash, kv = resolved_kernels(opts)
     state = types.SimpleNamespace(proposals=[], decode_seconds=0.0, draft_seconds=0.0, n_out=0)
     holder: dict[str, Any] = {}
 
@@ -646,9 +647,9 @@ def open_llama_cpp_python_peer(
             n_ubatch=opts.n_batch,
             n_threads=opts.n_threads or default_threads(),
             n_threads_batch=opts.n_threads_batch or opts.n_threads or default_threads(),
-            flash_attn=resolved_kernels(opts)[0] == "on",  # a bool there
-            type_k=KV_TYPES[resolved_kernels(opts)[1]],
-            type_v=KV_TYPES[resolved_kernels(opts)[1]],
+            flash_attn=flash != "off",  # a bool there; llama.cpp's `auto` turns it on wherever it can
+            type_k=KV_TYPES[kv],
+            type_v=KV_TYPES[kv],
             draft_model=CountingLookup(max_ngram_size=max_ngram_size, num_pred_tokens=num_pred_tokens),
             logits_all=True,  # forced by draft_model anyway: every drafted row is sampled
             verbose=False,

@@ -13,7 +13,6 @@ from specli.calibration import Calibration, exact_batch_from, fix_outliers
 from specli.controller import Costs
 from specli.drafters import AutoDrafter, NgramDrafter
 from specli.engine import GenerationConfig, generate
-from specli.suites import suite
 
 
 def test_cache_round_trip_and_version(tmp_path: Path) -> None:
