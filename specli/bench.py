@@ -1003,7 +1003,8 @@ class _Runner:
         run = peers.run_peer(argv)
         c = Counters(n_prompt=len(tokens), n_generated=run.n_generated, n_drafted=run.n_drafted,
                      n_accepted=run.n_accepted, t_prefill=run.prefill_s, t_first_token=run.prefill_s,
-                     t_verify=run.decode_s, t_total=run.prefill_s + run.decode_s)
+                     t_verify=run.decode_s, t_total=run.prefill_s + run.decode_s,
+                     t_llama=run.prefill_s + run.decode_s)  # Python overhead: none (a C++ program)
         finish = "length" if run.n_generated >= max_tokens else "stop"
         return Generated([], run.text, finish, c, no_tokens=True)
 

@@ -13,6 +13,7 @@ from specli.drafters.ngram import NgramDrafter
 from specli.types import Draft
 
 FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
+OPTIMISTIC_ACCEPTANCE = 0.95
 MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
 
 
@@ -73,6 +74,9 @@ class AutoDrafter:
         choice = choose(self.costs, stats, available, pending)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
+                if name == "draft" and not self._hopeful(name, n, pending, choice):
+                    self._since_tried[name] = 0
+                    continue
                 # a one-token probe on a schedule that slows down but never stops: without
                 # it, estimates that say "never draft" (a poisoned cost table, a bad
                 # stretch of text) could never be corrected
@@ -94,6 +98,15 @@ class AutoDrafter:
         self._used = (choice.drafter, len(d.tokens))
         self._t_verify = time.perf_counter()
         return d
+
+    def _hopeful(self, name: str, n: int, pending: int, choice: Choice) -> bool:
+        """Could `name` beat the current choice at the acceptance a good stretch of text
+        gives? A draft-model probe first decodes every token its cache lacks (the whole
+        prompt the first time: seconds on a CPU), so it is only worth it then. An n-gram
+        probe costs one verify row, so n-gram probes need no such hope, and the batch
+        costs they observe keep this judgement honest when the cost table is not."""
+        hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
+        return choose(self.costs, hopeful, {name: n}, pending).speed > choice.speed
 
     def _ngram_prior(self, n: int) -> float:
         """First-use acceptance of a match of n tokens (a weak prior, soon outweighed):
