@@ -14,8 +14,11 @@ mkdir -p "$out"
 peers=(--peer llama.cpp:ngram-simple --peer llama.cpp:ngram-mod --peer llama.cpp:draft:k=3)
 run() { local name=$1; shift; specli bench --max-tokens 192 --json "$out/$name.json" --markdown "$out/$name.md" "$@"; }
 case $what in q4|all) run q4-code-edit --suite all --categories code,edit --modes baseline,auto,ngram,draft:k=3 "${peers[@]}" ;; esac
-case $what in f16|all) run f16-code-edit --profile f16 --suite all --categories code,edit --modes baseline,auto,draft:k=5 "${peers[@]}" ;; esac
+case $what in f16|all)
+  run f16-code-edit --profile f16 --suite all --categories code,edit --limit 2 --modes baseline,auto \
+    --peer llama.cpp:ngram-simple --peer llama.cpp:draft:k=5 ;; esac
 case $what in specbench|all)
-  run q4-specbench --prompts "$spec_bench" --limit 2 --modes baseline,auto --peer llama.cpp:ngram-simple ;; esac
+  run q4-specbench --prompts "$spec_bench" --limit "${SPEC_BENCH_LIMIT:-2}" --modes baseline,auto
+  run q4-specbench-coding --prompts "$spec_bench" --categories coding --limit 2 --modes baseline,auto "${peers[@]}" ;; esac
 case $what in exact|all) run q4-exact-edit --suite edit --exact --modes baseline,auto,ngram ;; esac
 case $what in sampling|all) run q4-sampling --suite all --categories code,edit --temperature 0.8 --modes baseline,auto ;; esac

@@ -418,13 +418,16 @@ def _broken_verifier(draft: Draft, logits: np.ndarray, sampling: SamplingParams,
     return Verdict(k, best if k == 0 else (best + 1) % logits.shape[1])
 
 
-def test_broken_verifier_fails_the_lossless_check(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verify", ["batch", "exact"])
+def test_broken_verifier_fails_the_lossless_check(tmp_path: Path, verify: str) -> None:
     opts = _smol_opts(modes="baseline,draft:k=3,p_min=0", warmup=False, json_out=str(tmp_path / "b.json"))
+    opts.overrides["verify"] = verify
     with pytest.raises(bench.LosslessError) as e:
         bench.command(opts, verifier=_broken_verifier)
     assert e.value.exit_code == bench.EXIT_LOSSLESS == 9
     doc = json.loads((tmp_path / "b.json").read_text())  # written before failing
     assert doc["lossless"]["mismatches"] == 2 and doc["lossless"]["by_mode"] == {"draft:k=3,p_min=0": 2}
+    assert doc["lossless"]["near_ties"] == 0 and doc["settings"]["verify"] == verify
     for x in doc["lossless"]["details"]:
         r = next(r for r in doc["records"] if r["mode"] == "draft:k=3,p_min=0" and r["prompt_id"] == x["prompt_id"])
         b = next(r for r in doc["records"] if r["mode"] == "baseline" and r["prompt_id"] == x["prompt_id"])

@@ -111,3 +111,27 @@ def test_profiles_list_show_validate(tmp_path) -> None:  # type: ignore[no-untyp
     bad.write_text("draft_mx: 3\n")
     res = runner.invoke(app, ["profiles", "validate", str(bad)])
     assert res.exit_code == 6 and "draft_max" in res.output
+
+
+def test_calibrate_measures_shows_and_caches(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--json"])
+    assert res.exit_code == 0, res.output
+    cal = json.loads(res.stdout)
+    assert cal["sizes"][0] == 1 and cal["ratios"][0] == 1.0 and len(cal["sizes"]) == len(cal["ratios"])
+    assert cal["t1"] > 0 and cal["exact_batch"] >= 1 and cal["tie_bound"] == 2 * cal["max_logit_diff"]
+    cache = json.loads((tmp_path / "specli" / "calibration.json").read_text())
+    assert cal["key"] in cache["entries"]
+    shown = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--show", "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["measured"] == cal["measured"]  # from the cache
+    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none"])
+    assert res.exit_code == 0 and "largest bit-exact chunk" in res.stdout
+
+
+def test_exact_generation_equals_the_target_alone() -> None:
+    base = runner.invoke(app, ["generate", *SMOL_ARGS, "--drafter", "none", "--exact", "--json", "-n", "32", "Say hi."])
+    spec = runner.invoke(app, ["generate", *SMOL_ARGS, "--drafter", "ngram", "--exact", "--json", "-n", "32",
+                               "Say hi."])
+    assert base.exit_code == 0 and spec.exit_code == 0, spec.output
+    assert json.loads(spec.stdout)["text"] == json.loads(base.stdout)["text"]
+    assert json.loads(spec.stdout)["settings"]["verify"] == "exact"

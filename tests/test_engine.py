@@ -230,6 +230,28 @@ def test_qwen_pair_greedy_equals_target_alone(prompt: str, qwen_target: Model, q
     assert spec.counters.n_accepted > 0
 
 
+def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_calibration: Calibration) -> None:
+    """On the Q4_K_M target's own greedy output: the closest call between its two best
+    tokens is within the measured batching noise, so an output that took the runner-up
+    there is a near-tie in batch mode, a mismatch in exact mode, and one that took any
+    other token is a mismatch."""
+    from specli.bench import classify_divergence
+
+    toks = chat(qwen_target, PROMPTS[1])
+    margins = MarginRecorder(verify_step)
+    base = run(qwen_target, toks, greedy(96), None, margins)
+    i = min(range(len(base.tokens)), key=lambda j: margins.margins[j][1])
+    runner_up, gap = margins.margins[i]
+    assert 0 <= gap <= qwen_calibration.tie_bound, (gap, qwen_calibration.tie_bound)
+    baseline = {"tokens": base.tokens, "margins": [list(m) for m in margins.margins]}
+    flipped = {"tokens": [*base.tokens[:i], runner_up], "verify": "batch"}
+    assert classify_divergence(baseline, flipped, i, qwen_calibration.tie_bound) == "near-tie"
+    assert classify_divergence(baseline, {**flipped, "verify": "exact"}, i, qwen_calibration.tie_bound) == "mismatch"
+    other = next(t for t in range(qwen_target.n_vocab) if t not in (runner_up, base.tokens[i]))
+    wrong = {"tokens": [*base.tokens[:i], other], "verify": "batch"}
+    assert classify_divergence(baseline, wrong, i, qwen_calibration.tie_bound) == "mismatch"
+
+
 @pytest.fixture(scope="module")
 def qwen_exact() -> Iterator[Model]:
     from specli.calibration import measure
