@@ -476,13 +476,14 @@ def calibrate(
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all cores).")] = None,
     n_gpu_layers: Annotated[int | None, typer.Option(help="Target layers on the GPU (-1 = all).")] = None,
     draft_n_gpu_layers: Annotated[int | None, typer.Option(help="Draft layers on the GPU (-1 = all).")] = None,
+    exact: ExactOpt = None,
     show: Annotated[bool, typer.Option("--show", help="Only show the cached table (measure if none).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Measure this machine's costs (plain step, one-batch verify curve, draft token) and
-    numerics (largest bit-exact chunk, batch logit noise) again, and show them."""
+    numerics (batch logit noise; with --exact the largest bit-exact chunk) again, and show them."""
     overrides = {"target": target, "draft": draft, "threads": threads, "n_gpu_layers": n_gpu_layers,
-                 "draft_n_gpu_layers": draft_n_gpu_layers, "drafter": "auto"}
+                 "draft_n_gpu_layers": draft_n_gpu_layers, "drafter": "auto", "verify": verify_mode(exact)}
 
     def body() -> None:
         from dataclasses import asdict
@@ -504,9 +505,10 @@ def calibrate(
             t.add_row(str(n), f"{r:.2f}", f"{n / r:.2f}x")
         console = Console()
         console.print(t)
-        console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; "
-                      f"largest bit-exact chunk = {cal.exact_batch}; batch logit noise <= {cal.max_logit_diff:.3g} "
-                      f"(near-tie bound {cal.tie_bound:.3g}); measured {cal.measured}", highlight=False)
+        chunk = f"largest bit-exact chunk = {cal.exact_batch}; " if s.verify == "exact" else ""
+        console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; {chunk}"
+                      f"batch logit noise <= {cal.max_logit_diff:.3g} (near-tie bound {cal.tie_bound:.3g}); "
+                      f"measured {cal.measured}", highlight=False)
 
     guarded(body)
 

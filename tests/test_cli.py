@@ -125,6 +125,8 @@ def test_calibrate_measures_shows_and_caches(tmp_path, monkeypatch) -> None:  # 
     shown = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--show", "--json"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["measured"] == cal["measured"]  # from the cache
     res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none"])
+    assert res.exit_code == 0 and "near-tie bound" in res.stdout and "bit-exact chunk" not in res.stdout
+    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--exact"])
     assert res.exit_code == 0 and "largest bit-exact chunk" in res.stdout
 
 

@@ -14,6 +14,7 @@ from specli.types import Draft
 
 FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
 OPTIMISTIC_ACCEPTANCE = 0.95
+PAYBACK_TOKENS = 128  # a draft model's catch-up must pay for itself within this many tokens
 MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
 
 
@@ -74,7 +75,7 @@ class AutoDrafter:
         choice = choose(self.costs, stats, available, pending)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
-                if name == "draft" and not self._hopeful(name, n, choice):
+                if name == "draft" and not self._hopeful(name, n, pending, choice):
                     self._since_tried[name] = 0
                     continue
                 # a one-token probe on a schedule that slows down but never stops: without
@@ -99,18 +100,23 @@ class AutoDrafter:
         self._t_verify = time.perf_counter()
         return d
 
-    def _hopeful(self, name: str, n: int, choice: Choice) -> bool:
-        """Could `name` beat the current choice, once in step with the text, at the
-        acceptance a good stretch of text gives? A draft-model probe first decodes every
-        token its cache lacks (the whole prompt the first time), a cost paid once and
-        worth paying only then: measured on F16, pricing that backlog into the first step
-        kept the draft model out for good (1.02x on code where llama.cpp's k=5 gave
-        1.37x); on a 2-core CPU with a Q4_K_M target it never passes, so the draft model
-        is never even loaded into its cache. An n-gram probe costs one verify row, so
-        n-gram probes need no such hope, and the batch costs they observe keep this
-        judgement honest when the cost table is not."""
+    def _hopeful(self, name: str, n: int, pending: int, choice: Choice) -> bool:
+        """Could `name`, once in step with the text and at the acceptance a good stretch
+        of text gives, save more over the next PAYBACK_TOKENS tokens than it costs to get
+        in step? A draft-model probe first decodes every token its cache lacks (the whole
+        prompt the first time): a cost paid once. Pricing that backlog into one step kept
+        the draft model out for good where it pays (F16 code: 1.02x, llama.cpp's k=5
+        1.37x); ignoring it let probes that could not pay back cost 10 % (Q4_K_M --exact
+        edits: 0.89x). An n-gram probe costs one verify row, so n-gram probes need no such
+        hope, and the batch costs they observe keep this judgement honest when the cost
+        table is not."""
         hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
-        return choose(self.costs, hopeful, {name: n}, pending=1).speed > choice.speed
+        speed = choose(self.costs, hopeful, {name: n}, pending=1).speed
+        if speed <= choice.speed or choice.speed <= 0:
+            return False
+        saved = (1.0 / choice.speed - 1.0 / speed) * PAYBACK_TOKENS
+        backlog = self.costs.draft_costs(name, 1, pending)[1] - self.costs.draft_costs(name, 1, 1)[1]
+        return saved > backlog
 
     def _ngram_prior(self, n: int) -> float:
         """First-use acceptance of a match of n tokens (a weak prior, soon outweighed):
