@@ -415,7 +415,7 @@ def _broken_verifier(draft: Draft, logits: np.ndarray, sampling: SamplingParams,
     """Accepts every draft token and returns a wrong bonus token after any draft."""
     k = len(draft.tokens)
     best = int(logits[k].argmax())
-    return Verdict(k, best if k == 0 else (best + 1) % logits.shape[1])
+    return Verdict(k, best if k == 0 else (best + 1) % len(logits[k]))
 
 
 @pytest.mark.parametrize("verify", ["batch", "exact"])

@@ -114,6 +114,7 @@ def test_profiles_list_show_validate(tmp_path) -> None:  # type: ignore[no-untyp
 
 
 def test_calibrate_measures_shows_and_caches(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SPECLI_MODELS_DIR", str(model_file(SMOL).parent))  # models stay where they are
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--json"])
     assert res.exit_code == 0, res.output
