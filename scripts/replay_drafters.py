@@ -70,7 +70,8 @@ def main() -> None:
         verify = [float(x) for x in args.verify.split(",")]
     else:  # the figures `auto` measured for this target (run `specli generate --drafter auto` once)
         entries = json.loads(calibration.cache_file().read_text())["entries"]
-        verify = next(e["verify"] for key, e in entries.items() if key.startswith(rt.target.path.name + "|"))
+        e = next(e for key, e in entries.items() if key.startswith(rt.target.path.name + "|"))
+        verify = Costs(e["t1"], e["sizes"], e["ratios"]).verify_costs(64)
     print("verify cost / t1:", " ".join(f"{v / verify[0]:.2f}" for v in verify))
     data_tokens = [(cat, rt.prompt_tokens(p.turns[0]), out) for cat, p, out in runs]
 
@@ -80,7 +81,7 @@ def main() -> None:
     def auto(n_min: int, n_max: int) -> Callable[[], object]:
         def make() -> object:
             a = AutoDrafter(Costs.from_measured(verify, 1.0), None, NgramDrafter(n_min, n_max, rt.target.is_eog))
-            a.costs.observe_verify = lambda k, seconds: None  # type: ignore[method-assign]
+            a.costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
             return a
         return make
 

@@ -21,7 +21,6 @@ to store the corrected table.
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -200,17 +199,26 @@ class Costs:
             return batch
         return chunked_verify_costs(batch, self.chunk, reach or [1.0] * (k_max + 1))
 
-    def observe_verify(self, k: int, seconds: float) -> None:
+    def decoded_batches(self, k: int, n_accepted: int | None = None) -> list[int]:
+        """Sizes of the target batches that verifying k + 1 tokens decoded: one batch, or
+        exact chunks up to the one holding the first rejected token."""
+        n = k + 1
+        if self.chunk is None:
+            return [n]
+        if n_accepted is not None:
+            n = min(n, (n_accepted // self.chunk + 1) * self.chunk)
+        return [min(self.chunk, n - start) for start in range(0, n, self.chunk)]
+
+    def observe_verify(self, k: int, seconds: float, n_accepted: int | None = None) -> None:
         """A verification of k + 1 tokens took `seconds` (drafting excluded)."""
         if seconds <= 0:
             return
         if k == 0:
             self._t1.add(seconds)
             return
-        n = k + 1 if self.chunk is None else min(k + 1, self.chunk)
-        chunks = 1 if self.chunk is None else math.ceil((k + 1) / self.chunk)
-        raw = interpolate(self.sizes, self.ratios, n) * self.level * self.step * chunks
-        off = seconds / max(raw, self.step * chunks)  # against what the controller priced
+        batches = self.decoded_batches(k, n_accepted)
+        raw = sum(interpolate(self.sizes, self.ratios, n) for n in batches) * self.level * self.step
+        off = seconds / max(raw, self.step * len(batches))  # against what the controller priced
         fix = seconds / raw if raw > 0 else 1.0  # against the table itself (it may be below 1)
         if off > DRIFT or off < 1 / DRIFT:
             self._off += 1

@@ -134,6 +134,10 @@ def test_exact_chunks_are_priced_by_the_chance_of_reaching_them() -> None:
     assert costs[6] == pytest.approx(2.0 + reach[3] * 2.0 + reach[6] * 1.0)
     exact = Costs(1.0, list(range(1, 8)), batch, chunk=3)
     assert exact.verify_costs(6, reach) == pytest.approx(costs)
+    assert exact.decoded_batches(6) == [3, 3, 1] and exact.decoded_batches(6, n_accepted=1) == [3]
+    exact.observe_verify(6, 2.0, n_accepted=1)  # stopped after the first chunk: as priced, no drift
+    exact.observe_verify(6, 2.0, n_accepted=2)
+    assert not exact.doubting and not exact.drifted
 
 
 # ------------------------------------------------------------------ auto drafter (n-gram only)
@@ -164,7 +168,7 @@ def test_auto_learns_acceptance_per_match_length() -> None:
 
     # 4-gram matches continue as before, 2-gram matches never do
     costs = Costs.from_measured([1.0, 1.2, 1.4, 1.6, 1.8], 0.0)
-    costs.observe_verify = lambda k, s: None  # type: ignore[method-assign]
+    costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     auto = AutoDrafter(costs, None, NgramDrafter(2, 4), explore_every=10**9)
     block = [10, 11, 12, 13, 14, 15, 16, 17]
     history = list(block)
@@ -184,7 +188,7 @@ def test_auto_probes_less_often_while_probes_fail() -> None:
     from specli.drafters.ngram import NgramDrafter
 
     costs = Costs.from_measured([1.0, 1.5, 2.0], 0.0)
-    costs.observe_verify = lambda k, s: None  # type: ignore[method-assign]
+    costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=4)
     auto.acceptance["ngram"] = AcceptanceStats(prior=0.0, prior_weight=1e9)  # never chosen, only probed
     # every 2-gram recurs but is always followed by something new: each probe fails

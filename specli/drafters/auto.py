@@ -129,7 +129,7 @@ class AutoDrafter:
     def accept(self, history: Sequence[int], n_accepted: int) -> None:
         if self._used is not None:
             name, n_drafted = self._used
-            self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify)
+            self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify, n_accepted)
             if self._probing == name:
                 failed = n_accepted < n_drafted
                 cap = MAX_INTERVAL_FACTOR * self.explore_every
