@@ -402,14 +402,11 @@ class Model:
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
 
     # -- decoding ----------------------------------------------------------------
-    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = (), exact: bool = False) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
         """Append `tokens` to the cache; return logits for the batch rows named in
         `logit_rows` (indices into `tokens`, ascending) as a (len(logit_rows), n_vocab)
         float32 view. The view is only valid until the next decode on this model.
-
-        `exact`: decode in chunks small enough that every row's logits are bit-identical
-        to decoding the tokens one at a time (llama.cpp's CPU kernels change their
-        summation order for larger batches). Verification needs this; a prefill does not."""
+        Batches above n_batch are split; exact verification chunks are the engine's."""
         n = len(tokens)
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
@@ -426,7 +423,7 @@ class Model:
             raise BackendError(f"logit rows {rows} are not ascending indices into {n} tokens")
         parts: list[np.ndarray] = []
         start = 0
-        step = min(self.n_batch, self.exact_batch) if exact else self.n_batch
+        step = self.n_batch
         while start < n:
             end = min(n, start + step)
             chunk_rows = [r - start for r in rows if start <= r < end]

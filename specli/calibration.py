@@ -61,7 +61,7 @@ def cache_file() -> Path:
     return Path(base) / "specli" / "calibration.json"
 
 
-def _probe_exactness(model: LanguageModel, base: int, probe: Sequence[int]) -> tuple[np.ndarray, list[float]]:
+def _one_token_rows(model: LanguageModel, base: int, probe: Sequence[int]) -> tuple[np.ndarray, list[float]]:
     """One-token rows of `probe` on top of the cache's first `base` tokens, and the
     seconds of each step."""
     model.rollback(base)
@@ -112,7 +112,7 @@ def measure(target: LanguageModel, draft: LanguageModel | None, context: Sequenc
     target.rollback(0)
     target.decode(context)
     base = target.n_past
-    ref, one_times = _probe_exactness(target, base, filler[:PROBE_ROWS])
+    ref, one_times = _one_token_rows(target, base, filler[:PROBE_ROWS])
     t1 = statistics.median(one_times)
     times: dict[int, list[float]] = {n: [] for n in SIZES[1:]}
     exact: dict[int, bool] = {}
@@ -139,7 +139,7 @@ def measure(target: LanguageModel, draft: LanguageModel | None, context: Sequenc
     if draft is not None:
         draft.rollback(0)
         draft.decode(context)
-        _, d_times = _probe_exactness(draft, draft.n_past, filler[:8])
+        _, d_times = _one_token_rows(draft, draft.n_past, filler[:8])
         draft_ratio = statistics.median(d_times) / t1
         draft.rollback(0)
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -184,15 +184,20 @@ def test_exact_chunks_are_bit_identical_to_one_token_decoding(exact_q4: tuple[Mo
     m.rollback(0)
     m.decode(context)
     base = m.n_past
-    m.exact_batch = chunk
-    verified = m.decode(batch, range(len(batch)), exact=True).copy()
+    verified = _in_chunks(m, batch, chunk)
     m.rollback(base)
     one_by_one = np.stack([m.decode([t], [0])[0].copy() for t in batch])
     assert np.array_equal(verified, one_by_one), float(np.abs(verified - one_by_one).max())
     m.rollback(base)
-    m.exact_batch = chunk + 1  # one row more takes another kernel: the probe did not lie
-    wider = m.decode(batch, range(len(batch)), exact=True).copy()
+    wider = _in_chunks(m, batch, chunk + 1)  # one row more takes another kernel: the probe did not lie
     assert not np.array_equal(wider, one_by_one)
+
+
+def _in_chunks(m: Model, tokens: list[int], chunk: int) -> np.ndarray:
+    """Every row of `tokens`, decoded in batches of `chunk` as exact verification does."""
+    parts = [m.decode(tokens[i : i + chunk], range(len(tokens[i : i + chunk]))).copy()
+             for i in range(0, len(tokens), chunk)]
+    return np.concatenate(parts)
 
 
 def test_default_batch_rows_differ_only_by_noise(qwen_target: Model) -> None:
