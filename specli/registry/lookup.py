@@ -1,0 +1,90 @@
+"""Finding models: by name (with suggestions), by role, or a name-or-path to a local file."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specli.errors import ModelError, RegistryError
+from specli.registry.schema import ModelSpec, load_registry
+from specli.registry.store import human, is_present, model_path
+
+
+def _suggest(name: str, names: list[str]) -> list[str]:
+    low = name.lower()
+    found = [n for n in names if low and low in n]
+    for n in difflib.get_close_matches(low, names, n=3, cutoff=0.5):
+        if n not in found:
+            found.append(n)
+    return found[:3]
+
+
+def lookup(name: str, registry: Mapping[str, ModelSpec]) -> ModelSpec:
+    """The model called `name`; an unknown name suggests close ones."""
+    spec = registry.get(name)
+    if spec is not None:
+        return spec
+    close = _suggest(name, sorted(registry))
+    hint = f"did you mean: {', '.join(close)}? " if close else ""
+    raise RegistryError(f"unknown model: {name}", hint=f"{hint}see all with: specli models list")
+
+
+def by_role(role: str, registry: Mapping[str, ModelSpec] | None = None) -> ModelSpec:
+    """The (first) model with this role, e.g. "default-target" or "default-draft"."""
+    reg = load_registry() if registry is None else registry
+    for spec in reg.values():
+        if spec.role == role:
+            return spec
+    roles = sorted({s.role for s in reg.values()})
+    raise RegistryError(f"no model has role {role}", hint=f"roles in the registry: {', '.join(roles)}")
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or os.sep in text or text.lower().endswith(".gguf")
+
+
+def resolve(name_or_path: str, registry: Mapping[str, ModelSpec] | None = None) -> Path:
+    """An existing file path as is, or the local file of a pulled registry model."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    if _looks_like_path(name_or_path):
+        if path.exists():
+            raise ModelError(f"not a model file: {name_or_path}", hint="give the path of a .gguf file")
+        raise ModelError(f"model file not found: {name_or_path}")
+    reg = load_registry() if registry is None else registry
+    spec = lookup(name_or_path, reg)
+    local = model_path(spec)
+    if is_present(spec):
+        return local
+    hint = f"run: specli models pull {spec.name}"
+    if local.exists():
+        try:
+            have = local.stat().st_size
+        except OSError:
+            have = 0
+        raise RegistryError(
+            f"model {spec.name} is incomplete or damaged: {local} has {have} of {spec.size} bytes",
+            hint=hint,
+        )
+    raise RegistryError(f"model {spec.name} is not downloaded ({human(spec.size)})", hint=hint)
+
+
+def describe(spec: ModelSpec) -> dict[str, Any]:
+    """A JSON-ready summary for `models list --json`."""
+    return {
+        "name": spec.name,
+        "role": spec.role,
+        "family": spec.family,
+        "description": spec.description,
+        "path": str(model_path(spec)),
+        "size": spec.size,
+        "sha256": spec.sha256,
+        "present": is_present(spec),
+        "has_chat_template": spec.has_chat_template,
+        "context_length": spec.context_length,
+        "sources": [s.describe() for s in spec.sources],
+    }
