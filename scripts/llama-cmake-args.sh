@@ -7,7 +7,7 @@
 # llamafile's tinyBLAS stays on (llama.cpp's default): it makes F16 prefill and verify
 # batches much faster. It sums in another order than the one-token path, so batch rows
 # can differ from one-token rows in the last bits; `verify: exact` measures per model
-# which chunk size is still bit-exact (see specli/backend.py).
+# which chunk size is still bit-exact (see specli/backend/system.py).
 set -euo pipefail
 if [ -n "${CMAKE_ARGS:-}" ]; then
   echo "$CMAKE_ARGS"

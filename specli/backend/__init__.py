@@ -1,0 +1,51 @@
+"""llama.cpp through llama-cpp-python's low-level API: the only package importing llama_cpp.
+
+system: the library itself (log, init, build, load options and kernels); loader: files
+into llama.cpp (check, load, metadata, requantize); vocab: tokenizers; info: a model
+file's metadata, read once before its weights; model: a loaded model (decode, rollback,
+chat template); peer: llama-cpp-python's own generator, the bench's peer.
+"""
+
+from specli.backend.info import ModelFile, ModelInfo, available_memory, read_model_file, read_model_info
+from specli.backend.loader import check_gguf_header, quantize_model
+from specli.backend.model import Model
+from specli.backend.peer import LlamaCppPythonPeer, open_llama_cpp_python_peer
+from specli.backend.system import (
+    FLASH_ATTN,
+    KV_TYPES,
+    LoadOptions,
+    build_id,
+    default_threads,
+    on_cpu,
+    resolved_kernels,
+    supports_gpu_offload,
+    system_info,
+)
+from specli.backend.vocab import StreamDetokenizer, Vocab, VocabInfo, free_vocab_handle, read_vocab
+
+__all__ = [
+    "FLASH_ATTN",
+    "KV_TYPES",
+    "LlamaCppPythonPeer",
+    "LoadOptions",
+    "Model",
+    "ModelFile",
+    "ModelInfo",
+    "StreamDetokenizer",
+    "Vocab",
+    "VocabInfo",
+    "available_memory",
+    "build_id",
+    "check_gguf_header",
+    "default_threads",
+    "free_vocab_handle",
+    "on_cpu",
+    "open_llama_cpp_python_peer",
+    "quantize_model",
+    "read_model_file",
+    "read_model_info",
+    "read_vocab",
+    "resolved_kernels",
+    "supports_gpu_offload",
+    "system_info",
+]

@@ -1,0 +1,264 @@
+"""One loaded model: its context, batched decoding with chosen logits rows, KV-cache
+rollback, and its tokenizer and chat template.
+
+One `Model` is one GGUF file with one context and one sequence (seq id 0). It decodes
+batches asking logits only for the rows named, hands rows back as zero-copy numpy
+views, and rolls its KV cache back to any earlier position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import re
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from specli.backend.info import ModelFile
+from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
+from specli.backend.system import (
+    FLASH_ATTN,
+    KV_TYPES,
+    LoadOptions,
+    default_threads,
+    last_log_error,
+    resolved_kernels,
+)
+from specli.backend.vocab import StreamDetokenizer, Vocab
+from specli.errors import BackendError, ContextError, ModelError
+
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
+_MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
+
+
+class Model:
+    """One loaded GGUF with its own context, batch and KV cache (sequence 0)."""
+
+    def __init__(self, source: str | Path | ModelFile, opts: LoadOptions | None = None) -> None:
+        """Load `source`: a path (checked first), or a ModelFile (checked when it was read)."""
+        self.path = source.path if isinstance(source, ModelFile) else Path(source)
+        self.opts = opts or LoadOptions()
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        if not isinstance(source, ModelFile):
+            check_gguf_header(self.path)
+        self._model = load_model_ptr(self.path, self.opts)
+        self.vocab = Vocab(llama_cpp.llama_model_get_vocab(self._model))
+        self.n_vocab = self.vocab.n_vocab
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._model))
+        self.architecture = meta_str(self._model, "general.architecture") or "unknown"
+        self.name = meta_str(self._model, "general.name") or self.path.stem
+        self.n_params = int(llama_cpp.llama_model_n_params(self._model))
+        self.size_bytes = int(llama_cpp.llama_model_size(self._model))
+        tmpl = llama_cpp.llama_model_chat_template(self._model, None)
+        self.chat_template: str | None = tmpl.decode("utf-8") if tmpl else None
+
+        cparams = llama_cpp.llama_context_default_params()
+        threads = self.opts.n_threads or default_threads()
+        cparams.n_ctx = self.opts.n_ctx
+        cparams.n_batch = self.opts.n_batch
+        cparams.n_ubatch = self.opts.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = self.opts.n_threads_batch or threads
+        flash, kv = resolved_kernels(self.opts)
+        cparams.flash_attn_type = FLASH_ATTN[flash]
+        cparams.type_k = KV_TYPES[kv]
+        cparams.type_v = KV_TYPES[kv]
+        cparams.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            detail = last_log_error()
+            self.close()
+            raise ModelError(
+                f"llama.cpp could not create a context of {self.opts.n_ctx} tokens for {self.path.name}"
+                + (f": {detail}" if detail else ""),
+                "lower --ctx, use a smaller KV cache type, or offload fewer layers (--n-gpu-layers)",
+            )
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
+        # Largest batch whose logits equal one-token decoding bit for bit: 1 until
+        # measured on this model and build (specli.calibration sets it)
+        self.exact_batch = 1
+        self._mem = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
+        self.decode_seconds = 0.0  # time spent inside llama_decode
+        self._dirty = False  # a decode was interrupted before self.tokens was updated
+
+    # -- lifecycle ---------------------------------------------------------------
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- KV cache ----------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def rollback(self, n_keep: int) -> None:
+        """Drop every cached position >= n_keep."""
+        if not 0 <= n_keep <= self.n_past:
+            raise BackendError(
+                f"cannot roll back to position {n_keep}: the cache holds {self.n_past} tokens"
+            )
+        if n_keep == self.n_past and not self._dirty:
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            raise BackendError(
+                f"llama.cpp could not remove cache positions >= {n_keep} "
+                f"({self.architecture} may not support partial rollback)"
+            )
+        del self.tokens[n_keep:]
+        self._dirty = False
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def cache_pos_max(self) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
+
+    # -- decoding ----------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+        """Append `tokens` to the cache; return logits for the batch rows named in
+        `logit_rows` (indices into `tokens`, ascending) as a (len(logit_rows), n_vocab)
+        float32 view. The view is only valid until the next decode on this model.
+        Batches above n_batch are split; exact verification chunks are the engine's."""
+        n = len(tokens)
+        if n == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        if self.n_past + n > self.n_ctx:
+            raise ContextError(
+                f"context full: {self.n_past} + {n} tokens exceed the {self.n_ctx}-token context",
+                "raise --ctx or shorten the prompt",
+            )
+        if self._dirty:
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+            self._dirty = False
+        rows = list(logit_rows)
+        if rows and (rows != sorted(rows) or rows[0] < 0 or rows[-1] >= n):
+            raise BackendError(f"logit rows {rows} are not ascending indices into {n} tokens")
+        parts: list[np.ndarray] = []
+        start = 0
+        step = self.n_batch
+        while start < n:
+            end = min(n, start + step)
+            chunk_rows = [r - start for r in rows if start <= r < end]
+            self._decode_chunk(tokens[start:end], chunk_rows)
+            if chunk_rows:
+                view = self._rows_view(chunk_rows)
+                # rows of an earlier chunk are overwritten by the next decode: copy them
+                parts.append(view if end == n else view.copy())
+            start = end
+        if not parts:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _decode_chunk(self, tokens: Sequence[int], rows: Sequence[int]) -> None:
+        b = self._batch
+        assert b is not None
+        n = len(tokens)
+        pos0 = self.n_past
+        want = set(rows)
+        for i, tok in enumerate(tokens):
+            b.token[i] = tok
+            b.pos[i] = pos0 + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = i in want
+        b.n_tokens = n
+        self._dirty = True
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        self.decode_seconds += time.perf_counter() - t0
+        if rc != 0:
+            llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+            self._dirty = False
+            reasons = {1: "no free KV-cache slot (context full)", 2: "aborted", -1: "invalid batch"}
+            raise BackendError(f"llama_decode failed: {reasons.get(rc, f'error {rc}')}")
+        self.tokens.extend(int(t) for t in tokens)
+        self._dirty = False
+
+    def _rows_view(self, rows: Sequence[int]) -> np.ndarray:
+        ptrs = [llama_cpp.llama_get_logits_ith(self._ctx, r) for r in rows]
+        if any(not p for p in ptrs):
+            raise BackendError(f"llama.cpp returned no logits for rows {list(rows)}")
+        addr0 = ctypes.cast(ptrs[0], ctypes.c_void_p).value or 0
+        row_bytes = self.n_vocab * 4
+        contiguous = all(
+            (ctypes.cast(p, ctypes.c_void_p).value or 0) == addr0 + i * row_bytes
+            for i, p in enumerate(ptrs)
+        )
+        if contiguous:
+            return np.ctypeslib.as_array(ptrs[0], shape=(len(rows), self.n_vocab))
+        return np.stack([np.ctypeslib.as_array(p, shape=(self.n_vocab,)) for p in ptrs])
+
+    # -- text ----------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self.vocab.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: Iterable[int]) -> str:
+        return self.vocab.detokenize(tokens)
+
+    def stream_detokenizer(self) -> StreamDetokenizer:
+        return StreamDetokenizer(self.vocab)
+
+    def is_eog(self, token: int) -> bool:
+        return self.vocab.is_eog(token)
+
+    def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """Render the GGUF's own Jinja chat template, as llama-cpp-python does."""
+        if not self.chat_template:
+            raise ModelError(
+                f"{self.path.name} has no chat template", "use --raw to send the prompt as plain text"
+            )
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        info = self.vocab.info()
+        bos = self.vocab.token_text(info.bos).decode("utf-8", "replace") if info.bos >= 0 else ""
+        eos = self.vocab.token_text(info.eos).decode("utf-8", "replace") if info.eos >= 0 else ""
+        fmt = Jinja2ChatFormatter(self.chat_template, eos_token=eos, bos_token=bos,
+                                  add_generation_prompt=add_generation_prompt)
+        return fmt(messages=list(messages)).prompt  # type: ignore[arg-type]
+
+    def chat_tokens(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Tokens of a rendered chat. The template's own special-token text becomes
+        control tokens; the messages' text never does (a user typing "<|im_end|>" gets
+        those characters, not an end of turn)."""
+        marked = [dict(m, content=f"{_MARK_OPEN}{i}{_MARK_CLOSE}") for i, m in enumerate(messages)]
+        text = self.apply_chat_template(marked, add_generation_prompt)
+        info = self.vocab.info()
+        bos_text = self.vocab.token_text(info.bos).decode("utf-8", "replace") if info.bos >= 0 else ""
+        add_bos = info.add_bos and not (bos_text and text.startswith(bos_text))
+        toks: list[int] = [info.bos] if add_bos else []
+        for i, part in enumerate(_MARK_RE.split(text)):
+            if not part:
+                continue
+            if i % 2:  # a message's content
+                toks += self.vocab.tokenize(messages[int(part)]["content"], add_special=False, parse_special=False)
+            else:
+                toks += self.vocab.tokenize(part, add_special=False, parse_special=True)
+        return toks

@@ -1,0 +1,116 @@
+"""llama.cpp itself: its log, one-time initialisation, what the build supports, and the
+options (with their kernel tables) a model is loaded with."""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import os
+from dataclasses import dataclass
+
+import llama_cpp
+
+KV_TYPES = {
+    "f32": llama_cpp.GGML_TYPE_F32,
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+}
+FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+# llama.cpp's log lines, kept for error messages; printed only when SPECLI_DEBUG is set.
+_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=64)
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    _LOG_TAIL.append(line)
+    if os.environ.get("SPECLI_DEBUG"):
+        os.write(2, text)
+
+
+_initialised = False
+
+
+def init_backend() -> None:
+    """Route llama.cpp's log through specli and initialise it (once per process)."""
+    global _initialised
+    if not _initialised:
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _initialised = True
+
+
+def last_log_error() -> str:
+    """llama.cpp's latest logged error line, or "" (for error messages)."""
+    for line in reversed(_LOG_TAIL):
+        s = line.strip()
+        if s and ("error" in s.lower() or "failed" in s.lower()):
+            return s
+    return ""
+
+
+def supports_gpu_offload() -> bool:
+    init_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    init_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
+
+
+def build_id() -> str:
+    """Short hash of llama.cpp's version and CPU/GPU features: a calibration measured on
+    one build says nothing about another's kernels."""
+    text = f"{llama_cpp.__version__} {system_info()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 16))
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load one model: offload, threads, context and cache settings."""
+
+    n_gpu_layers: int = 0  # -1 = all layers
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] | None = None
+    n_threads: int | None = None  # None = all cores
+    n_threads_batch: int | None = None
+    n_ctx: int = 4096
+    n_batch: int = 512
+    flash_attn: str = "auto"  # see resolved_kernels
+    kv_type: str = "auto"  # see resolved_kernels
+    exact_verify: bool = False  # kernels for which verify batches can equal one-token decoding
+    repack: bool = True  # llama.cpp's repacked CPU weight layouts (faster batches)
+
+
+def on_cpu(opts: LoadOptions) -> bool:
+    return opts.n_gpu_layers == 0 or not supports_gpu_offload()
+
+
+def resolved_kernels(opts: LoadOptions) -> tuple[str, str]:
+    """(flash_attn, kv_type) with `auto` resolved. Flash attention `auto` is llama.cpp's
+    own choice (on wherever the backend has it, the CPU included; measured on Q4_K_M and
+    F16: plain steps and batches as fast as or faster than without it).
+
+    Exact verification on CPU needs attention that computes a query row the same way
+    whether it comes alone or in a batch. Without flash attention, batches of 2 or more
+    rows go to llamafile's tinyBLAS and one row to ggml's vec_dot (measured: no batch
+    size bit-exact). Flash attention takes one per-row kernel for any batch below 64
+    rows, except that a single row over an F16/F32 cache of 512+ tokens takes a split-KV
+    path (measured: 0.4 logit off at 900 tokens); a q8_0 cache never does. So `auto`
+    gives exact mode on CPU a q8_0 cache."""
+    kv = opts.kv_type
+    if kv == "auto":
+        kv = "q8_0" if opts.exact_verify and on_cpu(opts) else "f16"
+    return opts.flash_attn, kv

@@ -1,0 +1,125 @@
+"""A model's tokenizer: tokenize, token pieces, special tokens, streaming detokenization."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from specli.backend.loader import check_gguf_header, load_model_ptr
+from specli.backend.system import LoadOptions
+from specli.errors import BackendError
+
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What a draft/target pair check needs."""
+
+    vocab_type: str
+    n_vocab: int
+    bos: int
+    eos: int
+    eot: int
+    add_bos: bool
+    add_eos: bool
+
+
+class Vocab:
+    """Tokenizer of one model: tokenize, pieces, special tokens, token texts."""
+
+    def __init__(self, vocab_ptr: Any) -> None:
+        self._ptr = vocab_ptr
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab_ptr))
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+
+    def info(self) -> VocabInfo:
+        p = self._ptr
+        return VocabInfo(
+            vocab_type=VOCAB_TYPES.get(int(llama_cpp.llama_vocab_type(p)), "unknown"),
+            n_vocab=self.n_vocab,
+            bos=int(llama_cpp.llama_vocab_bos(p)),
+            eos=int(llama_cpp.llama_vocab_eos(p)),
+            eot=int(llama_cpp.llama_vocab_eot(p)),
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(p)),
+            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(p)),
+        )
+
+    def token_text(self, token: int) -> bytes:
+        return bytes(llama_cpp.llama_vocab_get_text(self._ptr, token) or b"")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._ptr, token))
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self._ptr, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(
+                self._ptr, data, len(data), buf, n_max, add_special, parse_special
+            )
+            if n < 0:
+                raise BackendError(f"tokenization failed ({n})")
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Bytes of one token as generated text (control tokens render as nothing)."""
+        cached = self._pieces[token] if 0 <= token < self.n_vocab else None
+        if cached is not None:
+            return cached
+        if not 0 <= token < self.n_vocab:
+            raise BackendError(f"token id {token} outside the vocabulary (0..{self.n_vocab - 1})")
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self._ptr, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._ptr, token, buf, -n, 0, False)
+        out = buf.raw[:n]
+        self._pieces[token] = out
+        return out
+
+    def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
+        """Text of `tokens`; `special` spells control tokens out (`<|im_start|>`)."""
+        pieces = (self._special_piece(t) if special else self.piece(t) for t in tokens)
+        return b"".join(pieces).decode("utf-8", errors="replace")
+
+    def _special_piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(self._ptr, token, buf, 256, 0, True)
+        return buf.raw[: max(n, 0)]
+
+
+class StreamDetokenizer:
+    """Turns a token stream into text deltas, never splitting a UTF-8 character."""
+
+    def __init__(self, vocab: Vocab) -> None:
+        self._vocab = vocab
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, tokens: Iterable[int]) -> str:
+        return self._decoder.decode(b"".join(self._vocab.piece(t) for t in tokens))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+def read_vocab(path: Path) -> tuple[Vocab, Any]:
+    """Load only the tokenizer of a GGUF (cheap: no weights). Returns (vocab, handle);
+    keep the handle alive while using the vocab, free it with free_vocab_handle."""
+    check_gguf_header(path)
+    ptr = load_model_ptr(path, LoadOptions(), vocab_only=True)
+    return Vocab(llama_cpp.llama_model_get_vocab(ptr)), ptr
+
+
+def free_vocab_handle(handle: Any) -> None:
+    llama_cpp.llama_model_free(handle)
