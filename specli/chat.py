@@ -11,16 +11,13 @@ from typing import Any
 
 from rich.console import Console
 
-from specli import metrics, profiles
-from specli.dashboard import Dashboard, colored_text, stats_table, summary_line
+from specli import metrics, profiles, prompting
+from specli.dashboard import Dashboard, Reply, colored_text, stats_table, summary_line
 from specli.engine import generate
 from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
 from specli.runtime import Runtime
-
-# settings that need the models reloaded cannot change inside a session
-FIXED_KEYS = {"target", "draft", "ctx", "n_batch", "threads", "n_gpu_layers", "draft_n_gpu_layers",
-              "main_gpu", "tensor_split", "flash_attn", "kv_type", "verify"}
+from specli.types import FinishReason
 
 HELP = """\
 /stats              figures of the last turn and of the whole session
@@ -37,7 +34,7 @@ class Turn:
     user: str
     assistant: str
     counters: metrics.Counters
-    finish_reason: str | None
+    finish_reason: FinishReason | None
 
 
 @dataclass
@@ -112,11 +109,11 @@ class ChatSession:
 
     def set(self, arg: str) -> None:
         key, _, value = arg.partition(" ")
-        key = key.replace("-", "_")
+        key = profiles.setting_name(key)
         if not key or not value:
             self.console.print("usage: /set KEY VALUE")
             return
-        if key in FIXED_KEYS:
+        if key in profiles.RELOAD_KEYS:
             self.console.print(f"{key} needs the models reloaded: restart with --{key.replace('_', '-')}")
             return
         try:
@@ -124,16 +121,25 @@ class ChatSession:
         except SpecliError as e:
             self.console.print(f"[red]{e.one_line()}[/]")
             return
+        if profiles.needs_draft_model(new) and self.rt.draft is None:
+            self.console.print(f"{key} {value} needs the draft model, which this session has not loaded: "
+                               f"restart with --{key.replace('_', '-')} {value}")
+            return
         self.overrides[key] = value
         self.settings = new
         self.console.print(f"{key} = {getattr(new, key)}")
 
     # -- replies ---------------------------------------------------------------------
-    def messages(self, user: str) -> list[dict[str, str]]:
-        history: list[dict[str, str]] = []
+    def history(self) -> list[prompting.Message]:
+        """The turns still in the prompt, as messages."""
+        out: list[prompting.Message] = []
         for t in self.turns[self.n_dropped :]:
-            history += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.assistant}]
-        return self.rt.messages(history, user, self.system)
+            out += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.assistant}]
+        return out
+
+    def tokens(self, user: str) -> list[int]:
+        return prompting.prompt_tokens(self.rt.target, user, self.history(), system=self.system,
+                                       raw=self.settings.raw)
 
     def prompt_tokens(self, user: str) -> list[int]:
         """Chat tokens for the next reply. When the prompt would leave less room than
@@ -142,13 +148,13 @@ class ChatSession:
         the KV cache again instead of re-decoding the history every turn."""
         n_ctx = self.rt.target.n_ctx
         room = min(self.settings.max_tokens, n_ctx // 4)
-        tokens = self.rt.target.chat_tokens(self.messages(user))
+        tokens = self.tokens(user)
         if len(tokens) + room <= n_ctx:
             return tokens
         before = self.n_dropped
         while self.n_dropped < len(self.turns) and len(tokens) > n_ctx // 2:
             self.n_dropped += 1
-            tokens = self.rt.target.chat_tokens(self.messages(user))
+            tokens = self.tokens(user)
         if self.n_dropped > before:
             n = self.n_dropped - before
             self.console.print(f"[yellow]context full: leaving out the oldest {n} turn{'s' * (n > 1)} "
@@ -159,37 +165,27 @@ class ChatSession:
         s = self.settings
         tokens = self.prompt_tokens(user)
         events = generate(self.rt.target, tokens, self.rt.generation_config(s), self.rt.drafter(s))
-        parts: list[str] = []
-        counters = metrics.Counters()
-        finish: str | None = None
+        reply = Reply()
         dash = Dashboard(self.console, self.color_draft, title="reply") if self.live else None
         try:
-            if dash is not None:
-                with dash:
-                    for ev in events:
-                        parts.append(ev.text)
-                        counters, finish = ev.counters, ev.finish_reason
-                        dash.update(ev)
-            else:
-                for ev in events:
-                    parts.append(ev.text)
-                    counters, finish = ev.counters, ev.finish_reason
-                    self.console.print(colored_text(ev.segments, self.color_draft), end="")
+            reply.follow(events, dash, lambda ev: self.console.print(colored_text(ev.segments, self.color_draft),
+                                                                     end=""))
+            if dash is None:
                 self.console.print()
         except Terminated:
-            self.turns.append(Turn(user, "".join(parts), counters, "terminated"))
+            self.turns.append(Turn(user, reply.text, reply.counters, "terminated"))
             raise
         except KeyboardInterrupt:
-            finish = "interrupted"
+            reply.finish_reason = "interrupted"
             self.console.print("\n[yellow]reply stopped; the session goes on[/]")
         except SpecliError as e:
-            finish = "error"
+            reply.finish_reason = "error"
             self.console.print(f"\n[red]{e.one_line()}[/]")
-        turn = Turn(user, "".join(parts), counters, finish)
+        turn = Turn(user, reply.text, reply.counters, reply.finish_reason)
         self.turns.append(turn)
-        self.session = metrics.merge(self.session, counters)
+        self.session = metrics.merge(self.session, reply.counters)
         if dash is None:
-            self.console.print(summary_line(counters, finish), style="dim")
+            self.console.print(summary_line(reply.counters, reply.finish_reason), style="dim")
         return turn
 
     # -- output --------------------------------------------------------------------

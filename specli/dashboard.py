@@ -1,9 +1,13 @@
-"""A live rich view fed by the engine's StepEvents. Knows nothing of models."""
+"""A live rich view fed by the engine's StepEvents, and the one loop that consumes
+them (`Reply.follow`). Knows nothing of models."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from types import TracebackType
 
 from rich.console import Console, Group, RenderableType
@@ -14,6 +18,7 @@ from rich.text import Text
 
 from specli import metrics
 from specli.engine import StepEvent
+from specli.types import FinishReason
 
 DRAFT_STYLE = "green"
 BAR_WIDTH = 20
@@ -127,10 +132,34 @@ class Dashboard:
             self.console.print(stats_table(self.last.counters))
 
 
-def summary_line(c: metrics.Counters, finish_reason: str | None) -> str:
+def summary_line(c: metrics.Counters, finish_reason: FinishReason | None) -> str:
     return (
         f"{c.n_generated} tokens, {metrics.tokens_per_second(c):.1f} tok/s, "
         f"acceptance {metrics.acceptance_rate(c):.0%}, "
         f"{metrics.mean_accepted_length(c):.2f} tokens/forward, "
         f"{c.n_target_forwards} target forwards, finish: {finish_reason}"
     )
+
+
+@dataclass
+class Reply:
+    """One generation as it streams: text, figures and finish reason so far, kept up to
+    date event by event so that an interrupted generation keeps what it produced."""
+
+    parts: list[str] = field(default_factory=list)
+    counters: metrics.Counters = field(default_factory=metrics.Counters)
+    finish_reason: FinishReason | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def follow(self, events: Iterable[StepEvent], dashboard: Dashboard | None,
+               echo: Callable[[StepEvent], None]) -> None:
+        """Consume `events`, shown live in `dashboard` when there is one, else passed to `echo`."""
+        show = dashboard.update if dashboard is not None else echo
+        with dashboard if dashboard is not None else contextlib.nullcontext():
+            for ev in events:
+                self.parts.append(ev.text)
+                self.counters, self.finish_reason = ev.counters, ev.finish_reason
+                show(ev)

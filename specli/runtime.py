@@ -5,19 +5,19 @@ Shared by every command (generate, chat, bench) so they wire things the same way
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specli import calibration, registry
+from specli import calibration, prompting, registry
 from specli.backend import (
     LoadOptions,
     Model,
+    ModelFile,
     available_memory,
     build_id,
-    free_vocab_handle,
-    read_model_info,
-    read_vocab,
+    read_model_file,
     supports_gpu_offload,
 )
 from specli.calibration import Calibration
@@ -26,7 +26,7 @@ from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, Ngram
 from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
 from specli.pair import check_pair
-from specli.profiles import Settings
+from specli.profiles import Settings, needs_draft_model
 from specli.types import Drafter
 
 
@@ -42,23 +42,6 @@ def load_options(s: Settings, for_draft: bool) -> LoadOptions:
         kv_type=s.kv_type,
         exact_verify=s.verify == "exact" and not for_draft,
     )
-
-
-def uses_draft_model(s: Settings) -> bool:
-    return s.drafter in ("draft", "hybrid", "auto") and s.draft is not None
-
-
-def check_pair_files(target_path: Path, draft_path: Path) -> int:
-    """Pair check on the tokenizers alone, before any weights are loaded."""
-    t_vocab, t_handle = read_vocab(target_path)
-    try:
-        d_vocab, d_handle = read_vocab(draft_path)
-        try:
-            return check_pair(t_vocab, d_vocab)
-        finally:
-            free_vocab_handle(d_handle)
-    finally:
-        free_vocab_handle(t_handle)
 
 
 @dataclass
@@ -102,7 +85,7 @@ class Runtime:
             s.sampling(),
             n_common=self.n_common,
             n_vocab_out=self.target.n_vocab,
-            p_min=s.p_min,
+            draft_p_min=s.draft_p_min,
             draft_min=s.draft_min,
         )
 
@@ -153,18 +136,10 @@ class Runtime:
             exact=s.verify == "exact",
         )
 
-    def prompt_tokens(self, prompt: str, s: Settings | None = None) -> list[int]:
+    def prompt_tokens(self, prompt: str, s: Settings | None = None, history: Sequence[prompting.Message] = ()) -> list[int]:
+        """The target's tokens for `prompt` after `history`, under settings `s` (system, raw)."""
         s = s or self.settings
-        if not prompt.strip():
-            raise UsageError("the prompt is empty", "pass some text, or - to read it from stdin")
-        if s.raw or not self.target.chat_template:
-            return self.target.tokenize(prompt, add_special=True, parse_special=s.raw)
-        return self.target.chat_tokens(self.messages([], prompt, s.system))
-
-    @staticmethod
-    def messages(history: Sequence[dict[str, str]], user: str, system: str | None) -> list[dict[str, str]]:
-        msgs = [{"role": "system", "content": system}] if system else []
-        return [*msgs, *history, {"role": "user", "content": user}]
+        return prompting.prompt_tokens(self.target, prompt, history, system=s.system, raw=s.raw)
 
 
 CALIBRATION_TEXT = "def calibrate(values):\n    return [v * v for v in values if v % 3]\n\n" * 12
@@ -173,18 +148,22 @@ CALIBRATION_CONTEXT = 128
 KV_BYTES = {"auto": 1.0, "f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
 
 
-def fit_context(s: Settings, path: Path, notes: list[str]) -> int:
+def fit_context(s: Settings, model: ModelFile | Path, notes: list[str]) -> int:
     """The context to ask for: the setting, capped at what the model was trained for,
-    refused early when model + KV cache cannot fit in free memory (CPU only)."""
-    info = read_model_info(path)
+    refused early when model + KV cache cannot fit in free memory (CPU only). `model`
+    is a file already read, or the path of one to read."""
+    if not isinstance(model, ModelFile):
+        with read_model_file(model) as f:
+            return fit_context(s, f, notes)
+    path, info = model.path, model.info
     n_ctx = s.ctx
-    trained = int(info.get("context_length") or 0)
+    trained = info.context_length
     if trained and n_ctx > trained:
         notes.append(f"{path.name} was trained for {trained} tokens of context: using {trained}, not {n_ctx}")
         n_ctx = trained
     avail = available_memory()
     if avail is not None and not supports_gpu_offload():
-        need = path.stat().st_size + int(info.get("kv_bytes_per_token", 0) * KV_BYTES[s.kv_type]) * n_ctx
+        need = path.stat().st_size + int(info.kv_bytes_per_token * KV_BYTES[s.kv_type]) * n_ctx
         if need > avail:
             raise ModelError(
                 f"{path.name} with a {n_ctx}-token context needs about {need / 2**30:.1f} GiB "
@@ -195,22 +174,29 @@ def fit_context(s: Settings, path: Path, notes: list[str]) -> int:
 
 
 def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
-    """Resolve names, check the pair on tokenizers, then load the weights."""
+    """Resolve names; read each model file once (structure, tokenizer, metadata) to
+    check the pair and fit the context; then load the weights."""
     target_path = registry.resolve(s.target)
-    draft_path = registry.resolve(s.draft) if uses_draft_model(s) and s.draft else None
-    n_common = check_pair_files(target_path, draft_path) if draft_path else 0
+    draft_path = registry.resolve(s.draft) if needs_draft_model(s) and s.draft else None
     notes: list[str] = []
-    target_opts = replace(load_options(s, for_draft=False), n_ctx=fit_context(s, target_path, notes))
-    draft_opts = None
-    if draft_path is not None:
-        # the draft never needs more context than the target; with less it stops drafting
-        draft_ctx = min(fit_context(s, draft_path, notes), target_opts.n_ctx)
-        draft_opts = replace(load_options(s, for_draft=True), n_ctx=draft_ctx)
-    target = Model(target_path, target_opts)
+    with contextlib.ExitStack() as files:  # tokenizers are freed before any weights load
+        target_file = files.enter_context(read_model_file(target_path))
+        draft_file = None
+        if draft_path is not None:
+            same = draft_path.resolve() == target_path.resolve()
+            draft_file = target_file if same else files.enter_context(read_model_file(draft_path))
+        n_common = check_pair(target_file.vocab, draft_file.vocab) if draft_file else 0
+        target_opts = replace(load_options(s, for_draft=False), n_ctx=fit_context(s, target_file, notes))
+        draft_opts = None
+        if draft_file is not None:
+            # the draft never needs more context than the target; with less it stops drafting
+            draft_ctx = min(fit_context(s, draft_file, notes), target_opts.n_ctx)
+            draft_opts = replace(load_options(s, for_draft=True), n_ctx=draft_ctx)
+    target = Model(target_file, target_opts)
     draft = None
     try:
-        if draft_path is not None and draft_opts is not None:
-            draft = Model(draft_path, draft_opts)
+        if draft_file is not None and draft_opts is not None:
+            draft = Model(draft_file, draft_opts)
     except BaseException:
         target.close()
         raise

@@ -5,17 +5,20 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from conftest import SMOL, model_file
 from rich.console import Console
 
-from specli import profiles
+from specli import profiles, prompting
 from specli.chat import ChatSession
-from specli.dashboard import Dashboard, bar, stats_table
+from specli.dashboard import Dashboard, Reply, bar, stats_table
 from specli.engine import StepEvent
+from specli.errors import UsageError
 from specli.metrics import Counters
 from specli.runtime import Runtime, open_runtime
+from specli.types import FinishReason
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +119,58 @@ def test_old_turns_are_dropped_when_the_context_fills(rt: Runtime) -> None:
     assert all(t.finish_reason in ("stop", "length") for t in chat.turns)
 
 
-def _event(n: int, drafted: int, accepted: int, reason: str | None = None) -> StepEvent:
+def test_set_takes_new_key_names_and_refuses_what_needs_a_reload(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    con = recording()
+    chat = ChatSession(rt, con)
+    chat.run(feed(["/set p-min 0.2", "/set draft-p-min 0.3", "/set raw yes"]))
+    assert chat.settings.draft_p_min == 0.3 and chat.settings.raw
+    assert chat.overrides == {"draft_p_min": "0.3", "raw": "yes"}
+    assert "draft_p_min = 0.2" in con.export_text()
+    monkeypatch.setattr(rt, "draft", None)  # as if the session had started without the draft model
+    chat = ChatSession(rt, con, overrides={"drafter": "ngram"})
+    chat.set("drafter hybrid")
+    assert chat.settings.drafter == "draft" and "needs the draft model" in con.export_text()
+
+
+def test_prompt_tokens_raw_and_templated(rt: Runtime) -> None:
+    m = rt.target
+    history = [{"role": "user", "content": "One, two,"}, {"role": "assistant", "content": " three."}]
+    raw = prompting.prompt_tokens(m, "Four,", history, system="ignored", raw=True)
+    assert raw == m.tokenize("One, two, three.\n\nFour,", add_special=True, parse_special=True)
+    assert prompting.prompt_tokens(m, "Hi") == m.chat_tokens([{"role": "user", "content": "Hi"}])
+    templated = prompting.prompt_tokens(m, "Four,", history, system="Be terse.")
+    assert templated == m.chat_tokens([{"role": "system", "content": "Be terse."}, *history,
+                                       {"role": "user", "content": "Four,"}])
+    assert rt.prompt_tokens("Four,", replace(rt.settings, raw=True), history) == raw
+    with pytest.raises(UsageError, match="empty"):
+        prompting.prompt_tokens(m, "  ")
+
+
+def test_raw_chat_continues_the_plain_text(rt: Runtime) -> None:
+    con = recording()
+    chat = ChatSession(rt, con)
+    chat.run(feed(["/set raw true", "One, two, three,", "four,"]))
+    assert len(chat.turns) == 2 and all(t.finish_reason in ("stop", "length") for t in chat.turns)
+    assert chat.turns[1].counters.n_prompt_reused > 0  # the first turn's text stays a prefix
+
+
+def test_reply_keeps_what_came_before_an_interrupt() -> None:
+    def events() -> Iterator[StepEvent]:
+        yield _event(2, 2, 1)
+        yield _event(4, 4, 2)
+        raise KeyboardInterrupt
+
+    reply, shown = Reply(), list[StepEvent]()
+    with pytest.raises(KeyboardInterrupt):
+        reply.follow(events(), None, shown.append)
+    assert reply.text == "abab" and len(shown) == 2
+    assert reply.counters.n_generated == 4 and reply.finish_reason is None
+    done = Reply()
+    done.follow([_event(2, 2, 1, "length")], Dashboard(recording()), shown.append)
+    assert done.finish_reason == "length" and len(shown) == 2  # the dashboard showed it
+
+
+def _event(n: int, drafted: int, accepted: int, reason: FinishReason | None = None) -> StepEvent:
     c = Counters(n_prompt=10, n_generated=n, n_target_forwards=3, n_step_tokens=n, n_drafted=drafted,
                  n_accepted=accepted, drafted_by_pos=[3, 3], accepted_by_pos=[3, 1], t_total=2.0,
                  t_prefill=0.5, t_draft=0.5, t_verify=0.8, t_first_token=0.5)

@@ -52,13 +52,16 @@ def test_models_pull_is_a_noop_when_present() -> None:
 
 
 def test_generate_json_has_every_field() -> None:
-    res = runner.invoke(app, ["generate", *SMOL_ARGS, "--json", "-n", "24", "--draft-max", "3",
+    res = runner.invoke(app, ["generate", *SMOL_ARGS, "--json", "-n", "24", "--draft-max", "3", "--draft-p-min", "0.1",
+                              "--top-k", "5", "--seed", "3", "--stop", "###", "--stop", "@@", "--threads", "2",
                               "Name three fruits."])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["n_tokens"] > 0 and out["text"]
     assert out["finish_reason"] in ("stop", "length")
     assert out["settings"]["draft_max"] == 3 and out["settings"]["target"] == SMOL
+    assert (out["settings"]["draft_p_min"], out["settings"]["top_k"], out["settings"]["seed"]) == (0.1, 5, 3)
+    assert out["settings"]["stop"] == ["###", "@@"] and out["settings"]["threads"] == 2
     m = out["metrics"]
     for key in ("acceptance_rate", "mean_accepted_length", "acceptance_by_position", "tokens_per_second",
                 "time_to_first_token_s", "time_s", "n_target_forwards", "n_drafted", "n_accepted"):
@@ -138,3 +141,38 @@ def test_exact_generation_equals_the_target_alone() -> None:
     assert base.exit_code == 0 and spec.exit_code == 0, spec.output
     assert json.loads(spec.stdout)["text"] == json.loads(base.stdout)["text"]
     assert json.loads(spec.stdout)["settings"]["verify"] == "exact"
+
+
+def _option_names(command: str) -> set[str]:
+    import typer
+
+    group = typer.main.get_command(app)
+    return {name for p in group.commands[command].params for name in p.opts}  # type: ignore[attr-defined]
+
+
+def test_every_generation_option_is_in_generate_chat_and_bench() -> None:
+    from specli.cli import GENERATION
+
+    flags = {"--exact" if n == "verify" else "--" + n.replace("_", "-") for n in GENERATION}
+    assert {"--raw", "--top-p", "--stop", "--draft-p-min"} <= flags  # chat lacked the first three
+    for command in ("generate", "chat", "bench"):
+        names = _option_names(command)
+        assert flags | {"-t", "-n"} <= names, (command, flags - names)
+        assert "--p-min" not in names
+    assert {"--target", "--draft", "--threads", "--exact"} <= _option_names("calibrate")
+
+
+def test_chat_takes_raw_top_p_and_stop() -> None:
+    res = runner.invoke(app, ["chat", *SMOL_ARGS, "--raw", "--top-p", "0.9", "--stop", "\n", "-n", "8",
+                              "--no-dashboard"], input="One, two, three,\n/exit\n")
+    assert res.exit_code == 0, res.output
+    assert "finish:" in res.stdout
+
+
+def test_old_profile_key_is_a_note(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    old = tmp_path / "old.yaml"
+    old.write_text("extends: default\np_min: 0.4\n")
+    res = runner.invoke(app, ["profiles", "show", str(old)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["draft_p_min"] == 0.4
+    assert "note:" in res.stderr and "'p_min' is deprecated: rename it 'draft_p_min'" in res.stderr

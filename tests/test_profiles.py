@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from dataclasses import fields
+import warnings
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,17 @@ from hypothesis import strategies as st
 from specli.errors import ProfileError
 from specli.profiles import (
     DRAFTERS,
+    PROFILE_NAME_RE,
+    RELOAD_KEYS,
     SETTING_NAMES,
     SPECS,
+    DeprecatedKey,
     Settings,
     describe_fields,
     find_profile,
     list_profiles,
     load_profile,
+    needs_draft_model,
     resolve_settings,
     settings_to_dict,
     shipped_dir,
@@ -65,7 +70,7 @@ def test_defaults_and_sampling() -> None:
     s = Settings()
     assert s.target == "qwen2.5-coder-1.5b-instruct-q4_k_m"
     assert s.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
-    assert (s.drafter, s.draft_max, s.draft_min, s.p_min) == ("draft", 4, 0, 0.0)
+    assert (s.drafter, s.draft_max, s.draft_min, s.draft_p_min) == ("draft", 4, 0, 0.0)
     assert (s.ctx, s.n_batch, s.threads, s.kv_type, s.flash_attn) == (4096, 512, None, "auto", "auto")
     assert s.verify == "batch"
     assert s.sampling() == SamplingParams(0.0, 0, 1.0, 0.0, None)
@@ -96,6 +101,50 @@ def test_describe_fields_and_settings_to_dict() -> None:
     assert list(d) == list(SETTING_NAMES)
     assert d["stop"] == ["a", "b"] and d["tensor_split"] == [3.0, 1.0]
     json.dumps(d)
+
+
+def test_reload_keys_are_the_model_and_runtime_settings() -> None:
+    assert {"target", "draft", "verify", "ctx", "n_batch", "threads", "n_gpu_layers",
+                           "draft_n_gpu_layers", "main_gpu", "tensor_split", "flash_attn", "kv_type"} == RELOAD_KEYS
+    assert not RELOAD_KEYS & {"drafter", "draft_max", "draft_p_min", "temperature", "max_tokens", "stop"}
+
+
+@pytest.mark.parametrize(
+    "changes, needed",
+    [
+        ({}, True),
+        ({"drafter": "hybrid"}, True),
+        ({"drafter": "auto"}, True),
+        ({"drafter": "auto", "draft": None}, False),  # auto drafts with n-grams only
+        ({"drafter": "ngram"}, False),
+        ({"drafter": "none"}, False),
+        ({"draft_max": 0}, False),  # drafts nothing
+        ({"drafter": "auto", "draft_max": 0}, False),
+    ],
+)
+def test_needs_draft_model(changes: dict[str, Any], needed: bool) -> None:
+    assert needs_draft_model(replace(Settings(), **changes)) is needed
+
+
+def test_profile_name_re() -> None:
+    for name in ("default", "gpu2", "my.tuned+fast-1_a"):
+        assert PROFILE_NAME_RE.match(name), name
+    for name in ("", "-x", ".hidden", "a/b", "a b", "tuned.yaml/x"):
+        assert not PROFILE_NAME_RE.match(name), name
+
+
+def test_old_p_min_key_still_reads_with_a_note(tmp_path: Path) -> None:
+    p = write(tmp_path / "old.yaml", "p_min: 0.4\n")
+    with pytest.warns(DeprecatedKey, match="key 'p_min' is deprecated: rename it 'draft_p_min'"):
+        assert validate_file(p).draft_p_min == 0.4
+    with pytest.warns(DeprecatedKey, match="command line: key 'p-min'.*'draft_p_min'"):
+        assert resolve_settings(None, {"p-min": "0.2"}).draft_p_min == 0.2
+    p = write(tmp_path / "both.yaml", "p_min: 0.4\ndraft_p_min: 0.3\n")
+    with pytest.warns(DeprecatedKey):
+        assert "key 'draft_p_min' repeats key 'p_min'" in error_of(load_profile, str(p))
+    p = write(tmp_path / "bad.yaml", "p_min: 2\n")
+    with pytest.warns(DeprecatedKey):
+        assert "key 'p_min': expected a number >= 0 and <= 1, got 2 (int)" in error_of(load_profile, str(p))
 
 
 # ------------------------------------------------------------------- locations
@@ -144,7 +193,7 @@ def test_user_default_shadows_shipped_and_may_extend_it(config_dir: Path) -> Non
     write(config_dir / "profiles" / "default.yaml", "extends: default\ndraft_max: 7\n")
     s = resolve_settings()
     assert s.draft_max == 7  # the user's default
-    assert s.p_min == 0.5  # ...built on the shipped default
+    assert s.draft_p_min == 0.5  # ...built on the shipped default
     assert resolve_settings("gpu").draft_max == 64  # gpu extends the user default
 
 
@@ -182,12 +231,12 @@ def test_precedence_defaults_profile_overrides(tmp_path: Path) -> None:
 
 def test_no_profile_uses_shipped_default() -> None:
     s = resolve_settings()
-    assert (s.drafter, s.draft_max, s.p_min) == ("auto", 64, 0.5)
+    assert (s.drafter, s.draft_max, s.draft_p_min) == ("auto", 64, 0.5)
     assert s == resolve_settings("default")
 
 
 def test_no_default_profile_means_plain_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("specli.profiles.shipped_dir", lambda: tmp_path / "none")
+    monkeypatch.setattr("specli.profiles.files.shipped_dir", lambda: tmp_path / "none")
     assert resolve_settings() == Settings()
 
 
@@ -232,7 +281,7 @@ def test_extends_chain_and_overriding(tmp_path: Path) -> None:
 def test_extends_by_name(tmp_path: Path) -> None:
     p = write(tmp_path / "x.yaml", "extends: gpu\ndraft_max: 10\n")
     s = validate_file(p)
-    assert (s.n_gpu_layers, s.flash_attn, s.draft_max, s.p_min) == (-1, "on", 10, 0.3)
+    assert (s.n_gpu_layers, s.flash_attn, s.draft_max, s.draft_p_min) == (-1, "on", 10, 0.3)
     assert s.target == "qwen2.5-coder-1.5b-instruct-q4_k_m"
 
 
@@ -307,7 +356,7 @@ def test_wrong_type(tmp_path: Path) -> None:
         "description: 5": "key 'description': expected a string, got 5 (int)",
         "1: 2": "key 1 (int): expected a setting name",
         "temperature: .nan": "got nan (float)",
-        "p_min: .inf": "got inf (float)",
+        "draft_p_min: .inf": "got inf (float)",
     }
     for i, (text, expected) in enumerate(cases.items()):
         p = write(tmp_path / f"t{i}.yaml", text + "\n")
@@ -325,7 +374,7 @@ def test_wrong_type(tmp_path: Path) -> None:
         ("draft_max: -1", "key 'draft_max': expected an integer >= 0 and <= 64, got -1 (int)"),
         ("draft_max: 65", "key 'draft_max': expected an integer >= 0 and <= 64, got 65 (int)"),
         ("min_p: 1.0", "key 'min_p': expected a number >= 0 and < 1, got 1.0 (float)"),
-        ("p_min: 1.01", "key 'p_min': expected a number >= 0 and <= 1"),
+        ("draft_p_min: 1.01", "key 'draft_p_min': expected a number >= 0 and <= 1"),
         ("ngram_min: 0", "key 'ngram_min': expected an integer >= 1 and <= 16"),
         ("ngram_max: 17", "key 'ngram_max': expected an integer >= 1 and <= 16"),
         ("ctx: 32", "key 'ctx': expected an integer >= 64 and <= 1048576, got 32 (int)"),
@@ -435,7 +484,9 @@ def test_dash_keys_and_normalisation(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_validate(name: str) -> None:
     path = shipped_dir() / f"{name}.yaml"
-    s = validate_file(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecatedKey)  # shipped profiles use the current keys
+        s = validate_file(path)
     assert s == resolve_settings(name)
     raw = yaml.safe_load(path.read_text())
     assert isinstance(raw.get("description"), str) and raw["description"]
@@ -447,9 +498,9 @@ def test_shipped_profiles_validate(name: str) -> None:
 def test_shipped_profile_values() -> None:
     d = resolve_settings("default")
     assert (d.target, d.draft) == ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
-    assert (d.drafter, d.draft_max, d.p_min) == ("auto", 64, 0.5)
+    assert (d.drafter, d.draft_max, d.draft_p_min) == ("auto", 64, 0.5)
     g = resolve_settings("gpu")
-    assert (g.n_gpu_layers, g.draft_n_gpu_layers, g.draft_max, g.p_min, g.flash_attn) == (
+    assert (g.n_gpu_layers, g.draft_n_gpu_layers, g.draft_max, g.draft_p_min, g.flash_attn) == (
         -1,
         -1,
         64,
@@ -457,7 +508,7 @@ def test_shipped_profile_values() -> None:
         "on",
     )
     f = resolve_settings("f16")
-    assert (f.target, f.draft_max, f.p_min) == ("qwen2.5-coder-1.5b-instruct-f16", 64, 0.3)
+    assert (f.target, f.draft_max, f.draft_p_min) == ("qwen2.5-coder-1.5b-instruct-f16", 64, 0.3)
     assert f.draft == d.draft
     c = resolve_settings("creative")
     assert c.sampling() == SamplingParams(0.8, 40, 0.95, 0.05, None)
