@@ -43,7 +43,7 @@ def replay(drafter: object, prompt: Sequence[int], output: Sequence[int], verify
         emitted = output[i : i + n_acc + 1]
         history.extend(emitted)
         i += len(emitted)
-        drafter.accept(history, n_acc)  # type: ignore[attr-defined]
+        drafter.accept(history, n_acc, verify[len(tokens)])  # type: ignore[attr-defined]
     return seconds
 
 

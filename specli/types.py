@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
+
+# why a generation ended: an end-of-generation token or stop string, max_tokens, a full
+# context window; the callers add a user's Ctrl-C, SIGTERM and an error mid-generation
+FinishReason = Literal["stop", "length", "context", "interrupted", "terminated", "error"]
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,18 @@ class Drafter(Protocol):
 
     name: str
 
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds this drafter has spent inside llama.cpp so far (0 without a model)."""
+        ...
+
     def begin(self, history: Sequence[int]) -> None:
         """A new generation starts from `history` (caches may keep a common prefix)."""
         ...
 
     def propose(self, history: Sequence[int], k: int) -> Draft: ...
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
-        """After verification: `history` now ends with the accepted draft prefix and
-        the target's next token."""
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
+        """After verification, which took the target `verify_seconds`: `history` now
+        ends with the accepted draft prefix and the target's next token."""
         ...

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specli.sampling import one_hot, residual, sample
-from specli.types import Verdict
+from specli.types import FinishReason, Verdict
 
 Row = npt.NDArray[Any]
 
@@ -72,7 +72,7 @@ def verify_rejection(
 
 def cut_at_stop(
     tokens: Sequence[int], is_eog: Callable[[int], bool], max_new: int
-) -> tuple[list[int], str | None]:
+) -> tuple[list[int], FinishReason | None]:
     """Trim the tokens about to be emitted (accepted draft prefix + next token).
 
     Returns (tokens_to_emit, finish_reason):

@@ -129,9 +129,9 @@ def test_builtin_suites() -> None:
 def test_mode_parsing() -> None:
     modes = bench.parse_modes(None)
     assert [m.name for m in modes] == ["baseline", "draft", "ngram"]
-    modes = bench.parse_modes("draft:k=5,p_min=0.3,ngram:k=6 hybrid;auto,draft:draft-max=5,p-min=0.3")
-    assert [m.name for m in modes] == ["baseline", "draft:k=5,p_min=0.3", "ngram:k=6", "hybrid", "auto"]
-    assert modes[1].overrides() == {"drafter": "draft", "draft_max": "5", "p_min": "0.3"}
+    modes = bench.parse_modes("draft:k=5,draft_p_min=0.3,ngram:k=6 hybrid;auto,draft:draft-max=5,draft-p-min=0.3")
+    assert [m.name for m in modes] == ["baseline", "draft:k=5,draft_p_min=0.3", "ngram:k=6", "hybrid", "auto"]
+    assert modes[1].overrides() == {"drafter": "draft", "draft_max": "5", "draft_p_min": "0.3"}
     assert modes[0].overrides() == {"drafter": "none"} and modes[0].is_baseline
     assert bench.parse_mode("ngram:ngram_max=3").options == (("ngram_max", "3"),)
 
@@ -139,7 +139,7 @@ def test_mode_parsing() -> None:
 @pytest.mark.parametrize(("text", "words"), [
     ("draft:", "nothing after ':'"),
     ("draft:k", "expected KEY=VALUE"),
-    ("draft:k=3,,p_min=1", "empty"),
+    ("draft:k=3,,draft_p_min=1", "empty"),
     ("baseline:k=1", "baseline takes no options"),
     ("ngram,k=3", "does not follow a mode with ':'"),
     ("draft:ctx=512", "cannot differ between modes"),
@@ -168,17 +168,17 @@ def test_mode_values_are_checked_by_the_profile_rules() -> None:
 
 
 def test_sweep_parsing() -> None:
-    axes = bench.parse_sweep("draft-max=1..8,p-min=0,0.3,0.6")
-    assert axes == [("draft_max", [str(i) for i in range(1, 9)]), ("p_min", ["0", "0.3", "0.6"])]
+    axes = bench.parse_sweep("draft-max=1..8,draft-p-min=0,0.3,0.6")
+    assert axes == [("draft_max", [str(i) for i in range(1, 9)]), ("draft_p_min", ["0", "0.3", "0.6"])]
     assert bench.parse_sweep("k=2,1..3, ngram_max=4") == [("draft_max", ["2", "1", "3"]), ("ngram_max", ["4"])]
     modes = bench.sweep_modes(axes, "draft")
-    assert len(modes) == 24 and modes[0].name == "draft:k=1,p_min=0" and modes[-1].name == "draft:k=8,p_min=0.6"
+    assert len(modes) == 24 and modes[0].name == "draft:k=1,draft_p_min=0" and modes[-1].name == "draft:k=8,draft_p_min=0.6"
     both = bench.sweep_modes(bench.parse_sweep("drafter=draft,ngram,k=2,3"), "draft")
     assert [m.name for m in both] == ["draft:k=2", "draft:k=3", "ngram:k=2", "ngram:k=3"]
 
 
 @pytest.mark.parametrize(("text", "words"), [
-    ("p-min=0.1..0.5", "needs integers"),
+    ("draft-p-min=0.1..0.5", "needs integers"),
     ("k=5..2", "empty range"),
     ("3,4", "must start with KEY=VALUES"),
     ("k=1,,2", "empty value"),
@@ -205,14 +205,14 @@ def test_plan_with_sweep_and_peer() -> None:
     with pytest.raises(UsageError, match="unknown peer"):
         bench.parse_peer("vllm")
     with pytest.raises(UsageError, match="not supported here"):
-        bench.parse_peer("llama-cpp-python:p_min=0.5")
+        bench.parse_peer("llama-cpp-python:draft_p_min=0.5")
 
 
 # -------------------------------------------------------- records and aggregates
 
 
 def _rec(mode: str, index: int, tps: float, tokens: list[int], *, repeat: int = 0, category: str = "c",
-         drafted: int = 0, accepted: int = 0, temperature: float = 0.0) -> dict[str, Any]:
+         drafted: int = 0, accepted: int = 0, temperature: float = 0.0) -> bench.Record:
     n = len(tokens)
     c = Counters(n_prompt=10, n_generated=n, t_total=n / tps, t_first_token=0.1, t_prefill=0.1, t_llama=n / tps / 2)
     steps = max(1, n - 1 - accepted)
@@ -232,20 +232,20 @@ def test_speedups_are_ratios_and_aggregates_are_medians() -> None:
         _rec("draft", 2, 16.0, [6, 7, 8, 9], drafted=3, accepted=3, category="d"),
     ]
     assert bench.finish_records(recs) == []
-    assert [r["speedup"] for r in recs] == pytest.approx([1.0, 1.5, 1.0, 0.5, 1.0, 2.0])
+    assert [r.speedup for r in recs] == pytest.approx([1.0, 1.5, 1.0, 0.5, 1.0, 2.0])
     rows = bench.aggregate(recs)
-    assert [(r["mode"], r["category"]) for r in rows] == [
+    assert [(r.mode, r.category) for r in rows] == [
         ("baseline", "c"), ("baseline", "d"), ("baseline", "all"), ("draft", "c"), ("draft", "d"), ("draft", "all")]
     overall = rows[-1]
-    assert overall["speedup_median"] == pytest.approx(1.5)
-    assert (overall["speedup_min"], overall["speedup_max"]) == pytest.approx((0.5, 2.0))
-    assert overall["tokens_per_second"] == pytest.approx(15.0)
-    assert overall["acceptance_rate"] == pytest.approx(6 / 9)
-    assert overall["compared"] == 3 and overall["mismatches"] == 0
-    assert rows[3]["speedup_median"] == pytest.approx(1.0)  # median of 1.5 and 0.5
-    assert rows[2]["acceptance_rate"] is None and rows[2]["speedup_median"] == 1.0
-    assert abs(sum(overall["time_split"].values()) - 1.0) < 1e-9
-    assert overall["python_overhead_fraction"] == pytest.approx(0.5)
+    assert overall.speedup_median == pytest.approx(1.5)
+    assert (overall.speedup_min, overall.speedup_max) == pytest.approx((0.5, 2.0))
+    assert overall.tokens_per_second == pytest.approx(15.0)
+    assert overall.acceptance_rate == pytest.approx(6 / 9)
+    assert overall.compared == 3 and overall.mismatches == 0
+    assert rows[3].speedup_median == pytest.approx(1.0)  # median of 1.5 and 0.5
+    assert rows[2].acceptance_rate is None and rows[2].speedup_median == 1.0
+    assert abs(sum(overall.time_split.values()) - 1.0) < 1e-9
+    assert overall.python_overhead_fraction == pytest.approx(0.5)
     # the formatted outputs carry the same figures
     assert "1.50x" in bench.markdown_table(rows) and "0.50-2.00" in bench.markdown_table(rows)
     assert "draft" in bench.bar_chart(rows) and "2.00x" not in bench.bar_chart(rows)
@@ -261,41 +261,41 @@ def test_lossless_comparison_finds_the_first_difference() -> None:
     recs = [_rec("baseline", 0, 10.0, [1, 2, 3, 4]), _rec("draft", 0, 12.0, [1, 2, 7, 4]),
             _rec("baseline", 0, 10.0, [1, 2, 3, 4], repeat=1), _rec("draft", 0, 12.0, [1, 2, 3, 4], repeat=1)]
     (x,) = bench.finish_records(recs)
-    assert (x["mode"], x["prompt_id"], x["repeat"], x["first_diff"]) == ("draft", "p0", 0, 2)
-    assert (x["baseline_token"], x["mode_token"]) == (3, 7)
-    assert [r["lossless"] for r in recs] == ["baseline", "mismatch", "baseline", "match"]
-    assert bench.aggregate(recs)[-1]["mismatches"] == 1
+    assert (x.mode, x.prompt_id, x.repeat, x.first_diff) == ("draft", "p0", 0, 2)
+    assert (x.baseline_token, x.mode_token) == (3, 7)
+    assert [r.lossless for r in recs] == ["baseline", "mismatch", "baseline", "match"]
+    assert bench.aggregate(recs)[-1].mismatches == 1
     sampled = [_rec("baseline", 0, 10.0, [1], temperature=0.7), _rec("draft", 0, 10.0, [2], temperature=0.7)]
-    assert bench.finish_records(sampled) == [] and sampled[1]["lossless"] == "unchecked"
+    assert bench.finish_records(sampled) == [] and sampled[1].lossless == "unchecked"
 
 
 def test_divergences_are_near_ties_only_at_the_baselines_runner_up_within_the_bound() -> None:
     base = _rec("baseline", 0, 10.0, [1, 2, 3, 4])
-    base["margins"] = [[9, 5.0], [9, 5.0], [7, 0.02], [9, 5.0]]  # at position 2 token 7 was 0.02 behind
+    base.margins = [(9, 5.0), (9, 5.0), (7, 0.02), (9, 5.0)]  # at position 2 token 7 was 0.02 behind
     tie = _rec("draft", 0, 12.0, [1, 2, 7, 5])
     third = _rec("draft", 0, 12.0, [1, 2, 8, 5])  # not the runner-up
     wide = _rec("draft", 0, 12.0, [1, 9, 3, 4])  # the runner-up, but 5 logits behind
     exact = _rec("draft", 0, 12.0, [1, 2, 7, 5])
-    exact["verify"] = "exact"  # bit-exact mode: every divergence is a mismatch
-    verdicts = [bench.classify_divergence(base, r, bench.first_difference(base["tokens"], r["tokens"]) or 0, 0.05)
+    exact.verify = "exact"  # bit-exact mode: every divergence is a mismatch
+    verdicts = [bench.classify_divergence(base, r, bench.first_difference(base.tokens, r.tokens) or 0, 0.05)
                 for r in (tie, third, wide, exact)]
     assert verdicts == ["near-tie", "mismatch", "mismatch", "mismatch"]
     assert bench.classify_divergence(base, tie, 2, None) == "mismatch"  # no measured bound: no excuse
     assert bench.classify_divergence(base, tie, 2, 0.01) == "mismatch"  # gap above the bound
     for r in (tie, third):
-        r["mode"] = "draft" if r is tie else "ngram"
+        r.mode = "draft" if r is tie else "ngram"
     recs = [base, tie, third]
     divergences = bench.divergences_of(recs, 0.05)
-    assert [x["verdict"] for x in divergences] == ["near-tie", "mismatch"]
-    assert divergences[0]["baseline_gap"] == 0.02 and divergences[0]["baseline_runner_up"] == 7
-    assert [r["lossless"] for r in recs] == ["baseline", "near-tie", "mismatch"]
-    rows = {r["mode"]: r for r in bench.aggregate(recs) if r["category"] == "all"}
-    assert (rows["draft"]["near_ties"], rows["draft"]["mismatches"]) == (1, 0)
-    assert (rows["ngram"]["near_ties"], rows["ngram"]["mismatches"]) == (0, 1)
+    assert [x.verdict for x in divergences] == ["near-tie", "mismatch"]
+    assert divergences[0].baseline_gap == 0.02 and divergences[0].baseline_runner_up == 7
+    assert [r.lossless for r in recs] == ["baseline", "near-tie", "mismatch"]
+    rows = {r.mode: r for r in bench.aggregate(recs) if r.category == "all"}
+    assert (rows["draft"].near_ties, rows["draft"].mismatches) == (1, 0)
+    assert (rows["ngram"].near_ties, rows["ngram"].mismatches) == (0, 1)
 
 
 def test_llama_cpp_peer_output_is_parsed() -> None:
-    from specli import peers
+    from specli.bench import peers
 
     spec = ("encoded  412 tokens in    3.210 seconds, speed:  128.349 t/s\n"
             "decoded  193 tokens in    5.420 seconds, speed:   35.609 t/s\n\nn_draft   = 3\n"
@@ -309,9 +309,9 @@ def test_llama_cpp_peer_output_is_parsed() -> None:
     assert (run.n_generated, run.prefill_s, run.decode_s) == (192, 3.0, 13.7)
     with pytest.raises(ValueError):
         peers.parse_completion(spec)
-    assert peers.parse_peer_spec("draft:k=5") == ("draft", 5)
+    assert bench.modes.parse_peer_spec("draft:k=5") == ("draft", 5)
     with pytest.raises(UsageError):
-        peers.parse_peer_spec("ngram-simple:k=5")
+        bench.modes.parse_peer_spec("ngram-simple:k=5")
     modes = bench.plan_bench(BenchOptions(suite="code", peer=["llama.cpp:ngram-simple", "llama.cpp:draft:k=3"],
                                           modes="baseline")).modes
     assert [(m.name, m.kind, m.compare_to) for m in modes] == [
@@ -339,7 +339,7 @@ def test_write_profile_without_models(tmp_path: Path, _own_config: Path) -> None
     bench.finish_records(recs)
     rows = bench.aggregate(recs, [m.name for m in plan.modes])
     best = bench.best_mode(plan, rows)
-    assert best is not None and best["mode"] == "ngram:k=8"
+    assert best is not None and best.mode == "ngram:k=8"
     path = bench.write_profile(plan, rows, best, "fast")
     assert path == _own_config / "profiles" / "fast.yaml"
     data = yaml.safe_load(path.read_text())
@@ -349,8 +349,9 @@ def test_write_profile_without_models(tmp_path: Path, _own_config: Path) -> None
     assert s.drafter == "ngram" and s.draft_max == 8 and s.draft is None  # the rest comes from `extends`
     assert profiles.resolve_settings("fast").draft_max == 8
     # a mismatching mode is never chosen
-    recs[2]["lossless"] = "mismatch"
-    assert bench.best_mode(plan, bench.aggregate(recs, [m.name for m in plan.modes]))["mode"] == "ngram:k=4"
+    recs[2].lossless = "mismatch"
+    best = bench.best_mode(plan, bench.aggregate(recs, [m.name for m in plan.modes]))
+    assert best is not None and best.mode == "ngram:k=4"
 
 
 # -------------------------------------------------------------- real model runs
@@ -368,7 +369,7 @@ def test_cli_run_writes_every_output(tmp_path: Path, _own_config: Path) -> None:
     model_file(SMOL)
     out = tmp_path / "out"
     res = CliRunner().invoke(bench_app(), [
-        "bench", *SMOL_ARGS, "--suite", "code", "--limit", "2", "-n", "16", "--modes", "baseline,draft:k=2,p_min=0,ngram",
+        "bench", *SMOL_ARGS, "--suite", "code", "--limit", "2", "-n", "16", "--modes", "baseline,draft:k=2,draft_p_min=0,ngram",
         "--peer", "llama-cpp-python", "--json", str(out / "b.json"), "--csv", str(out / "b.csv"),
         "--markdown", str(out / "b.md"), "--write-profile", "tuned",
     ])
@@ -379,7 +380,7 @@ def test_cli_run_writes_every_output(tmp_path: Path, _own_config: Path) -> None:
         assert key in doc, key
     assert doc["complete"] and not doc["interrupted"]
     assert doc["machine"]["cpu_count"] >= 1 and doc["machine"]["llama_system_info"]
-    assert [m["name"] for m in doc["modes"]] == ["baseline", "draft:k=2,p_min=0", "ngram", "peer:llama-cpp-python"]
+    assert [m["name"] for m in doc["modes"]] == ["baseline", "draft:k=2,draft_p_min=0", "ngram", "peer:llama-cpp-python"]
     recs = doc["records"]
     assert len(recs) == 2 * 4 and {r["prompt_id"] for r in recs} == {"code-1", "code-2"}
     fields = ("tokens_per_second", "speedup", "acceptance_rate", "mean_accepted_length", "acceptance_by_position",
@@ -393,15 +394,15 @@ def test_cli_run_writes_every_output(tmp_path: Path, _own_config: Path) -> None:
     for row in doc["aggregates"]:
         mine = [r["speedup"] for r in recs if r["mode"] == row["mode"]]
         assert row["speedup_median"] == pytest.approx(float(np.median(mine)))
-    draft = [r for r in recs if r["mode"] == "draft:k=2,p_min=0"]
+    draft = [r for r in recs if r["mode"] == "draft:k=2,draft_p_min=0"]
     assert all(r["n_drafted"] > 0 and len(r["acceptance_by_position"]) <= 2 for r in draft)
     assert doc["lossless"]["checked"] and doc["lossless"]["mismatches"] == 0 and doc["lossless"]["compared"] == 6
     assert len(list(csv.DictReader((out / "b.csv").open()))) == 8
-    assert "| draft:k=2,p_min=0 |" in (out / "b.md").read_text()
+    assert "| draft:k=2,draft_p_min=0 |" in (out / "b.md").read_text()
     assert "lossless check passed" in res.stdout and "median speedup" in res.stdout
     written = _own_config / "profiles" / "tuned.yaml"
     assert profiles.validate_file(written).drafter in ("draft", "ngram")
-    assert doc["best"]["mode"] in ("draft:k=2,p_min=0", "ngram") and yaml.safe_load(written.read_text())["extends"] == "default"
+    assert doc["best"]["mode"] in ("draft:k=2,draft_p_min=0", "ngram") and yaml.safe_load(written.read_text())["extends"] == "default"
 
 
 def bench_app() -> Any:
@@ -420,16 +421,16 @@ def _broken_verifier(draft: Draft, logits: np.ndarray, sampling: SamplingParams,
 
 @pytest.mark.parametrize("verify", ["batch", "exact"])
 def test_broken_verifier_fails_the_lossless_check(tmp_path: Path, verify: str) -> None:
-    opts = _smol_opts(modes="baseline,draft:k=3,p_min=0", warmup=False, json_out=str(tmp_path / "b.json"))
+    opts = _smol_opts(modes="baseline,draft:k=3,draft_p_min=0", warmup=False, json_out=str(tmp_path / "b.json"))
     opts.overrides["verify"] = verify
     with pytest.raises(bench.LosslessError) as e:
         bench.command(opts, verifier=_broken_verifier)
     assert e.value.exit_code == bench.EXIT_LOSSLESS == 9
     doc = json.loads((tmp_path / "b.json").read_text())  # written before failing
-    assert doc["lossless"]["mismatches"] == 2 and doc["lossless"]["by_mode"] == {"draft:k=3,p_min=0": 2}
+    assert doc["lossless"]["mismatches"] == 2 and doc["lossless"]["by_mode"] == {"draft:k=3,draft_p_min=0": 2}
     assert doc["lossless"]["near_ties"] == 0 and doc["settings"]["verify"] == verify
     for x in doc["lossless"]["details"]:
-        r = next(r for r in doc["records"] if r["mode"] == "draft:k=3,p_min=0" and r["prompt_id"] == x["prompt_id"])
+        r = next(r for r in doc["records"] if r["mode"] == "draft:k=3,draft_p_min=0" and r["prompt_id"] == x["prompt_id"])
         b = next(r for r in doc["records"] if r["mode"] == "baseline" and r["prompt_id"] == x["prompt_id"])
         assert x["first_diff"] == bench.first_difference(b["tokens"], r["tokens"]) is not None
         assert r["tokens"][: x["first_diff"]] == b["tokens"][: x["first_diff"]]
@@ -444,7 +445,7 @@ def test_interrupt_keeps_results(tmp_path: Path, stop: type[BaseException], code
             raise stop
         return Verdict(0, int(logits[0].argmax()))
 
-    opts = _smol_opts(modes="baseline,draft:k=2,p_min=0", max_tokens=8, warmup=False, json_out=str(tmp_path / "b.json"),
+    opts = _smol_opts(modes="baseline,draft:k=2,draft_p_min=0", max_tokens=8, warmup=False, json_out=str(tmp_path / "b.json"),
                       markdown_out=tmp_path / "b.md")
     assert bench.command(opts, verifier=interrupting) == code
     doc = json.loads((tmp_path / "b.json").read_text())
@@ -459,10 +460,10 @@ def test_multi_turn_conversation_reuses_the_cache() -> None:
     result = bench.BenchResult(plan)
     bench.execute(plan, result)
     recs = result.records
-    assert [(r["mode"], r["turn"]) for r in recs] == [("baseline", 0), ("baseline", 1), ("ngram", 0), ("ngram", 1)]
-    assert recs[0]["n_prompt_reused"] == 0 and recs[2]["n_prompt_reused"] == 0  # each mode pays its prefill
-    assert recs[1]["n_prompt_reused"] > recs[0]["n_prompt"] // 2  # turn 2 continues the conversation
-    assert recs[1]["n_prompt"] > recs[0]["n_prompt"] + recs[0]["n_generated"]
+    assert [(r.mode, r.turn) for r in recs] == [("baseline", 0), ("baseline", 1), ("ngram", 0), ("ngram", 1)]
+    assert recs[0].counters.n_prompt_reused == 0 and recs[2].counters.n_prompt_reused == 0  # each mode pays its prefill
+    assert recs[1].counters.n_prompt_reused > recs[0].counters.n_prompt // 2  # turn 2 continues the conversation
+    assert recs[1].counters.n_prompt > recs[0].counters.n_prompt + recs[0].counters.n_generated
     assert bench.finish_records(recs) == []
 
 
@@ -476,6 +477,6 @@ def test_qwen_pair_on_builtin_prompts() -> None:
     bench.execute(plan, result)
     assert bench.finish_records(result.records) == []
     rows = bench.aggregate(result.records)
-    draft = next(r for r in rows if r["mode"] == "draft" and r["category"] == "all")
-    assert draft["n"] == 2 and draft["n_drafted"] > 0 and draft["mean_accepted_length"] > 1.0
-    assert 0 < draft["acceptance_rate"] <= 1
+    draft = next(r for r in rows if r.mode == "draft" and r.category == "all")
+    assert draft.n == 2 and draft.n_drafted > 0 and draft.mean_accepted_length > 1.0
+    assert 0 < draft.acceptance_rate <= 1

@@ -4,7 +4,6 @@ tokens per second, or not at all (k = 0)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from specli.controller import AcceptanceStats, Choice, Costs, choose
@@ -41,7 +40,6 @@ class AutoDrafter:
         self._interval = {"draft": min(FIRST_PROBE, explore_every), "ngram": min(FIRST_PROBE, explore_every)}
         self._probing: str | None = None
         self._used: tuple[str, int] | None = None
-        self._t_verify = 0.0
         self._ngram_n = 0
 
     @property
@@ -97,7 +95,6 @@ class AutoDrafter:
         for name in self._since_tried:
             self._since_tried[name] = 0 if name == choice.drafter else self._since_tried[name] + 1
         self._used = (choice.drafter, len(d.tokens))
-        self._t_verify = time.perf_counter()
         return d
 
     def _hopeful(self, name: str, n: int, pending: int, choice: Choice) -> bool:
@@ -126,10 +123,10 @@ class AutoDrafter:
         shorter = [self.ngram_by_n[m].rates(1)[0] for m in self.ngram_by_n if m < n]
         return max([self.acceptance["ngram"].rates(1)[0], 1.0 - 1.5 / n, *shorter])
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
         if self._used is not None:
             name, n_drafted = self._used
-            self.costs.observe_verify(n_drafted, time.perf_counter() - self._t_verify, n_accepted)
+            self.costs.observe_verify(n_drafted, verify_seconds, n_accepted)
             if self._probing == name:
                 failed = n_accepted < n_drafted
                 cap = MAX_INTERVAL_FACTOR * self.explore_every
@@ -143,4 +140,4 @@ class AutoDrafter:
                     self.ngram_by_n[self._ngram_n].update(n_drafted, n_accepted)
             self._used = None
         if self.draft is not None:
-            self.draft.accept(history, n_accepted)
+            self.draft.accept(history, n_accepted, verify_seconds)

@@ -32,7 +32,7 @@ class DraftModelDrafter:
         *,
         n_common: int | None = None,
         n_vocab_out: int | None = None,
-        p_min: float = 0.0,
+        draft_p_min: float = 0.0,
         draft_min: int = 0,
         sample_draft: bool = True,
         seed: int | None = None,
@@ -44,7 +44,7 @@ class DraftModelDrafter:
         self.sampling = sampling
         self.n_common = n_common or model.n_vocab
         self.n_vocab_out = n_vocab_out or self.n_common
-        self.p_min = p_min
+        self.draft_p_min = draft_p_min
         self.draft_min = draft_min
         self.stochastic = sample_draft and not sampling.greedy
         self.rng = np.random.default_rng(None if sampling.seed is None else sampling.seed + 1)
@@ -80,7 +80,7 @@ class DraftModelDrafter:
             row = logits[: self.n_common]
             if self.stochastic:
                 q = probs_from_logits(row, self.sampling)
-                if i >= self.draft_min and self.p_min > 0 and float(q.max()) < self.p_min:
+                if i >= self.draft_min and self.draft_p_min > 0 and float(q.max()) < self.draft_p_min:
                     break
                 tok = sample(q, self.rng)
                 if self.n_vocab_out > self.n_common:
@@ -88,7 +88,7 @@ class DraftModelDrafter:
                 qs.append(q)
             else:
                 tok = int(row.argmax())
-                if i >= self.draft_min and self.p_min > 0 and top_probability(row) < self.p_min:
+                if i >= self.draft_min and self.draft_p_min > 0 and top_probability(row) < self.draft_p_min:
                     break
             tokens.append(tok)
             if i == k - 1:
@@ -99,7 +99,7 @@ class DraftModelDrafter:
         self._n_proposed = len(tokens)
         return Draft(tokens, qs if self.stochastic else None, self.name)
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         if self._n_proposed == 0:
             return
         # the cache holds history[:base] + a prefix of the draft; keep what was accepted

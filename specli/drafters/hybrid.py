@@ -29,6 +29,6 @@ class HybridDrafter:
             return d
         return self.draft.propose(history, k)
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
-        self.draft.accept(history, n_accepted)
-        self.ngram.accept(history, n_accepted)
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
+        self.draft.accept(history, n_accepted, verify_seconds)
+        self.ngram.accept(history, n_accepted, verify_seconds)

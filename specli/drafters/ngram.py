@@ -48,6 +48,7 @@ class NgramIndex:
 
 class NgramDrafter:
     name = "ngram"
+    decode_seconds = 0.0  # no model
 
     def __init__(self, n_min: int = 2, n_max: int = 4, is_eog: Callable[[int], bool] | None = None) -> None:
         self.index = NgramIndex(n_min, n_max)
@@ -72,5 +73,5 @@ class NgramDrafter:
                 break
         return Draft(tokens, None, self.name)
 
-    def accept(self, history: Sequence[int], n_accepted: int) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         pass

@@ -1,15 +1,17 @@
-"""The speculative loop: draft -> one target batch -> verify -> roll back -> yield.
+"""The speculative loop on token ids: draft -> one target batch -> verify -> roll back
+-> yield a `Step`.
 
 With no drafter (or k = 0) the same loop is plain autoregressive decoding of the
 target: that is the baseline every speedup and equality check is measured against.
-The engine never prints; callers consume `StepEvent`s.
+Text (detokenizing, stop strings, coloured segments) is the text layer's job
+(specli.engine.text); the engine never prints.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,13 +19,12 @@ from specli.cache import common_prefix_len
 from specli.errors import ContextError, UsageError
 from specli.metrics import Counters
 from specli.sampling import probs_from_logits
-from specli.stopstrings import StopStrings
-from specli.types import Draft, Drafter, LanguageModel, SamplingParams, Verdict
+from specli.types import Draft, Drafter, FinishReason, LanguageModel, SamplingParams, Verdict
 from specli.verify import cut_at_stop, verify_greedy, verify_rejection
 
-FINISH_STOP = "stop"  # end-of-generation token or stop string
-FINISH_LENGTH = "length"  # max_tokens reached
-FINISH_CONTEXT = "context"  # the context window is full
+FINISH_STOP: FinishReason = "stop"  # end-of-generation token or stop string
+FINISH_LENGTH: FinishReason = "length"  # max_tokens reached
+FINISH_CONTEXT: FinishReason = "context"  # the context window is full
 
 
 @dataclass(frozen=True)
@@ -36,18 +37,15 @@ class GenerationConfig:
 
 
 @dataclass
-class StepEvent:
-    """One target forward pass worth of output (the first event is the prefill's token)."""
+class Step:
+    """One target forward pass worth of tokens (the first step is the prefill's)."""
 
-    tokens: list[int]
-    text: str
-    segments: list[tuple[str, bool]]  # `text` split by origin: (piece, came from the draft)
-    from_draft: list[bool]
+    tokens: list[int]  # emitted, the end-of-generation token excluded
     n_drafted: int
-    n_accepted: int
+    n_accepted: int  # tokens[:n_accepted] came from the draft
     drafter: str
-    counters: Counters
-    finish_reason: str | None = None
+    counters: Counters  # a snapshot after this step
+    finish_reason: FinishReason | None = None
     stop_token: int | None = None  # the end-of-generation token, when one ended it
 
 
@@ -103,14 +101,9 @@ def verify_step(draft: Draft, logits: Rows, sampling: SamplingParams, rng: np.ra
 _EMPTY = Draft()
 
 
-def generate(
-    target: LanguageModel,
-    prompt: Sequence[int],
-    config: GenerationConfig = GenerationConfig(),
-    drafter: Drafter | None = None,
-    verifier: Verifier = verify_step,
-) -> Iterator[StepEvent]:
-    """Generate from `prompt` (token ids). Reuses whatever prefix of the prompt the
+def generate_steps(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
+                   drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Generator[Step, None, None]:
+    """Generate token ids from `prompt`. Reuses whatever prefix of the prompt the
     target's (and drafter's) KV cache already holds."""
     if not prompt:
         raise UsageError("the prompt is empty", "give some text to continue")
@@ -124,51 +117,16 @@ def generate(
     c = Counters(n_prompt=len(prompt))
     llama_t0 = _llama_seconds(target, drafter)
     rng = np.random.default_rng(config.sampling.seed)
-    detok = target.stream_detokenizer()
-    stops = StopStrings(config.stop)
     history = list(prompt)
 
-    pending: list[tuple[str, bool]] = []  # text not yet shown, with its from-draft flag
-
-    def take(n_chars: int) -> list[tuple[str, bool]]:
-        out: list[tuple[str, bool]] = []
-        while n_chars > 0 and pending:
-            text, flag = pending[0]
-            if len(text) <= n_chars:
-                out.append(pending.pop(0))
-                n_chars -= len(text)
-            else:
-                out.append((text[:n_chars], flag))
-                pending[0] = (text[n_chars:], flag)
-                n_chars = 0
-        return out
-
-    def event(tokens: list[int], n_drafted: int, n_accepted: int, name: str, reason: str | None) -> StepEvent:
-        stop_token = None
-        if reason == FINISH_STOP and tokens and target.is_eog(tokens[-1]):
-            stop_token = tokens.pop()
-        c.n_generated += len(tokens)
-        n_from_draft = min(n_accepted, len(tokens))
-        new = [(detok.push(tokens[:n_from_draft]), True), (detok.push(tokens[n_from_draft:]), False)]
-        if reason is not None:
-            new.append((detok.flush(), False))
-        pending.extend(seg for seg in new if seg[0])
-        safe = stops.push("".join(t for t, _ in new))
-        if stops.stopped:
-            reason = FINISH_STOP
-        if reason is not None:
-            safe += stops.flush()
-        segments = take(len(safe))
-        if reason is not None:
-            pending.clear()
-        now = time.perf_counter()
-        c.t_total = now - t_start
+    def step(emitted: list[int], n_drafted: int, n_accepted: int, name: str, reason: FinishReason | None) -> Step:
+        stop_token = emitted.pop() if reason == FINISH_STOP and emitted and target.is_eog(emitted[-1]) else None
+        c.n_generated += len(emitted)
+        c.t_total = time.perf_counter() - t_start
         if c.t_first_token is None:
             c.t_first_token = c.t_total
         c.t_llama = _llama_seconds(target, drafter) - llama_t0
-        from_draft = [i < n_from_draft for i in range(len(tokens))]
-        return StepEvent(tokens, safe, segments, from_draft, n_drafted, n_accepted, name, c.snapshot(),
-                         reason, stop_token)
+        return Step(emitted, n_drafted, min(n_accepted, len(emitted)), name, c.snapshot(), reason, stop_token)
 
     # 1. prefill: reuse the cached prefix, decode the rest, first token from the last row
     n_reuse = min(common_prefix_len(target.tokens, prompt), len(prompt) - 1)
@@ -184,16 +142,15 @@ def generate(
     c.t_prefill = time.perf_counter() - t_start
     emitted, reason = cut_at_stop([verdict.next_token], target.is_eog, config.max_tokens)
     history.extend(emitted)
-    ev = event(list(emitted), 0, 0, "prefill", reason)
-    yield ev
-    if ev.finish_reason is not None:
+    yield step(list(emitted), 0, 0, "prefill", reason)
+    if reason is not None:
         return
 
     while True:
         remaining = config.max_tokens - c.n_generated
         room = target.n_ctx - target.n_past - 1  # positions left after the last token
         if room < 0:
-            yield event([], 0, 0, "none", FINISH_CONTEXT)
+            yield step([], 0, 0, "none", FINISH_CONTEXT)
             return
         k = max(0, min(config.draft_max, remaining - 1, room))
 
@@ -223,44 +180,14 @@ def generate(
         emitted, reason = cut_at_stop([*draft.tokens[:n_acc], verdict.next_token], target.is_eog, remaining)
         history.extend(emitted)
         if drafter is not None:
-            drafter.accept(history, n_acc)
+            drafter.accept(history, n_acc, t2 - t1)
         n_acc_emitted = min(n_acc, len(emitted))
-        name = (draft.source or getattr(drafter, "name", "draft")) if draft.tokens else "none"
+        name = (draft.source or (drafter.name if drafter is not None else "draft")) if draft.tokens else "none"
         c.record_step(name, len(draft.tokens), n_acc_emitted, len(emitted))
-        ev = event(list(emitted), len(draft.tokens), n_acc_emitted, name, reason)
-        yield ev
-        if ev.finish_reason is not None:
+        yield step(list(emitted), len(draft.tokens), n_acc_emitted, name, reason)
+        if reason is not None:
             return
 
 
 def _llama_seconds(target: LanguageModel, drafter: Drafter | None) -> float:
-    return target.decode_seconds + float(getattr(drafter, "decode_seconds", 0.0))
-
-
-@dataclass
-class GenerationResult:
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str | None = None
-    counters: Counters = field(default_factory=Counters)
-    from_draft: list[bool] = field(default_factory=list)
-
-
-def run(
-    target: LanguageModel,
-    prompt: Sequence[int],
-    config: GenerationConfig = GenerationConfig(),
-    drafter: Drafter | None = None,
-    verifier: Verifier = verify_step,
-) -> GenerationResult:
-    """Drain `generate` into one result."""
-    out = GenerationResult()
-    parts: list[str] = []
-    for ev in generate(target, prompt, config, drafter, verifier):
-        out.tokens.extend(ev.tokens)
-        out.from_draft.extend(ev.from_draft)
-        parts.append(ev.text)
-        out.counters = ev.counters
-        out.finish_reason = ev.finish_reason
-    out.text = "".join(parts)
-    return out
+    return target.decode_seconds + (drafter.decode_seconds if drafter is not None else 0.0)

@@ -1,0 +1,212 @@
+"""Running a bench plan: load the models once, warm up, then run every generation
+(interleaved per prompt and repeat) and record it as it finishes."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from specli import profiles
+from specli.bench import peers
+from specli.bench.modes import LLAMA_CPP, Mode
+from specli.bench.peers import Generated
+from specli.bench.plan import Plan
+from specli.bench.records import Record, record_from_counters
+from specli.engine import Verifier
+from specli.errors import SpecliError
+from specli.profiles import Settings
+from specli.prompting import Message
+from specli.suites import Prompt
+from specli.verify import MarginRecorder
+
+if TYPE_CHECKING:
+    from specli.runtime import Runtime
+
+WARMUP_TOKENS = 16
+
+
+@dataclass
+class BenchResult:
+    plan: Plan
+    records: list[Record] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
+    stopped_by: str | None = None  # "Ctrl-C" or "SIGTERM" when interrupted
+    error: str | None = None
+    started: str = ""
+    seconds: float = 0.0
+    # the target's batching noise on this build: exact_batch, max_logit_diff, tie_bound
+    numerics: dict[str, Any] = field(default_factory=dict)
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "python": platform.python_version(),
+    }
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        info["llama_cpp_python"] = importlib.metadata.version("llama_cpp_python")
+    from specli.backend import system_info
+
+    info["llama_system_info"] = system_info()
+    return info
+
+
+class _Runner:
+    """Runs generations on loaded models; one instance per bench run."""
+
+    def __init__(self, plan: Plan, rt: Runtime, peer: peers.LlamaCppPythonPeer | None,
+                 verifier: Verifier | None) -> None:
+        self.plan = plan
+        self.rt = rt
+        self.peer = peer
+        self.verifier = verifier
+
+    def reset(self) -> None:
+        self.rt.target.reset()
+        if self.rt.draft is not None:
+            self.rt.draft.reset()
+
+    def generate(self, mode: Mode, s: Settings, drafter: Any, tokens: list[int], keep_cache: bool,
+                 max_tokens: int | None = None) -> Generated:
+        if mode.drafter == LLAMA_CPP:
+            return peers.generate_llama_cpp(mode, s, self.rt, tokens, max_tokens or s.max_tokens)
+        if mode.peer and self.peer is not None:
+            return self.peer.generate(s, tokens, keep_cache, max_tokens or s.max_tokens)
+        from specli import engine
+
+        cfg = self.rt.generation_config(s)
+        if max_tokens is not None:
+            cfg = replace(cfg, max_tokens=max_tokens)
+        verifier = self.verifier or engine.verify_step
+        recorder = MarginRecorder(verifier) if mode.is_baseline and s.temperature == 0 else None
+        res = engine.run(self.rt.target, tokens, cfg, drafter, recorder or verifier)
+        c = res.counters
+        if recorder is not None:  # the recording is bench's own work: not the baseline's time
+            c.t_total -= recorder.seconds
+            c.t_verify -= recorder.seconds - recorder.first_seconds
+            c.t_prefill -= recorder.first_seconds
+            if c.t_first_token is not None:
+                c.t_first_token -= recorder.first_seconds
+        margins = recorder.margins[: len(res.tokens)] if recorder is not None else None
+        return Generated(res.tokens, res.text, res.finish_reason, c, margins)
+
+    def conversation(self, mode: Mode, prompt: Prompt, index: int, repeat: int,
+                     on_record: Callable[[Record], None], before_turn: Callable[[int], None]) -> None:
+        s = self.plan.settings[mode.name]
+        self.reset()
+        drafter = None if mode.peer else self.rt.drafter(s)
+        history: list[Message] = []
+        for turn, user in enumerate(self.plan.turns_of(prompt)):
+            before_turn(turn)
+            tokens = self.rt.prompt_tokens(user, s, history)
+            try:
+                g = self.generate(mode, s, drafter, tokens, keep_cache=turn > 0)
+            except SpecliError as e:
+                raise type(e)(f"prompt {prompt.id!r} ({mode.name}): {e.message}", e.hint) from None
+            on_record(record_from_counters(
+                g.counters, mode=mode, prompt=prompt, prompt_index=index, repeat=repeat, turn=turn,
+                tokens=None if g.no_tokens else g.tokens, text=g.text, finish_reason=g.finish_reason,
+                temperature=s.temperature,
+                verify="batch" if mode.peer else s.verify, margins=g.margins,
+            ))
+            history += [{"role": "user", "content": user}, {"role": "assistant", "content": g.text}]
+
+    def warmup(self) -> None:
+        """One short generation, not recorded: the mode that loads the most (the draft
+        model if any mode uses it), then the peer's own model if there is one."""
+        plan = self.plan
+        prompt = plan.prompts[0]
+        engine_modes = [m for m in plan.modes if not m.peer]
+        first = next((m for m in engine_modes if profiles.needs_draft_model(plan.settings[m.name])),
+                     next((m for m in engine_modes if not m.is_baseline), engine_modes[0]))
+        n = min(WARMUP_TOKENS, plan.base.max_tokens)
+        for m in [first, *([plan.peer] if plan.peer else [])]:
+            s = plan.settings[m.name]
+            self.reset()
+            drafter = None if m.peer else self.rt.drafter(s)
+            self.generate(m, s, drafter, self.rt.prompt_tokens(prompt.turns[0], s), keep_cache=False, max_tokens=n)
+        self.reset()
+
+
+@contextlib.contextmanager
+def _progress(console: Console | None, total: int, enabled: bool) -> Iterator[Callable[..., None]]:
+    if not enabled or console is None:
+        yield lambda *a, **k: None
+        return
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True,
+    ) as bar:
+        task = bar.add_task("loading", total=total)
+
+        def update(description: str | None = None, advance: int = 0) -> None:
+            bar.update(task, description=description, advance=advance)
+
+        yield update
+
+
+def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
+            progress_console: Console | None = None) -> None:
+    """Load the models and run every generation, appending records to `result` as
+    they finish (so an interrupted run keeps what it measured)."""
+    from specli.runtime import open_runtime
+
+    result.machine = machine_info()
+    rt = open_runtime(plan.runtime, recalibrate=plan.opts.recalibrate)
+    peer = None
+    try:
+        for m in plan.modes:  # surface unsupported drafters before measuring anything
+            if not m.peer:
+                rt.drafter(plan.settings[m.name])
+        if plan.peer is not None:
+            peer = peers.LlamaCppPythonPeer(plan.settings[plan.peer.name], plan.peer.drafter, rt)
+        if plan.base.temperature == 0:
+            cal = rt.calibration()
+            result.numerics = {"exact_batch": cal.exact_batch, "max_logit_diff": cal.max_logit_diff,
+                               "tie_bound": cal.tie_bound}
+        runner = _Runner(plan, rt, peer, verifier)
+        if any(m.drafter == LLAMA_CPP for m in plan.peers):
+            peers.llama_cpp_bin()  # missing programs: say how to build them before measuring anything
+        with _progress(progress_console, plan.n_generations, plan.opts.progress) as update:
+            if plan.opts.warmup:
+                update("warm-up")
+                runner.warmup()
+            n = len(plan.prompts)
+            for i, prompt in enumerate(plan.prompts):
+                for r in range(plan.opts.repeat):
+                    for m in plan.modes:
+                        rep = f" repeat {r + 1}/{plan.opts.repeat}" if plan.opts.repeat > 1 else ""
+
+                        def before(turn: int, m: Mode = m, rep: str = rep, prompt: Prompt = prompt, i: int = i) -> None:
+                            t = f" turn {turn + 1}" if plan.opts.turns == "all" else ""
+                            update(f"prompt {i + 1}/{n} {prompt.id}{rep}{t} · {m.name}")
+
+                        def record(rec: Record) -> None:
+                            result.records.append(rec)
+                            update(advance=1)
+
+                        runner.conversation(m, prompt, i, r, record, before)
+    finally:
+        if peer is not None:
+            peer.close()
+        rt.close()
+

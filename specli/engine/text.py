@@ -1,0 +1,110 @@
+"""The text layer over the token-level loop: detokenizes each `Step` as it comes, runs
+stop strings (holding back text that may begin one), and splits the text by origin
+(draft or target) for colouring. `generate` is what the commands consume."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from specli.engine.core import FINISH_STOP, GenerationConfig, Step, Verifier, generate_steps, verify_step
+from specli.metrics import Counters
+from specli.stopstrings import StopStrings
+from specli.types import Drafter, FinishReason, LanguageModel
+
+
+@dataclass
+class StepEvent:
+    """One target forward pass worth of output (the first event is the prefill's)."""
+
+    tokens: list[int]
+    text: str
+    segments: list[tuple[str, bool]]  # `text` split by origin: (piece, came from the draft)
+    from_draft: list[bool]
+    n_drafted: int
+    n_accepted: int
+    drafter: str
+    counters: Counters
+    finish_reason: FinishReason | None = None
+    stop_token: int | None = None  # the end-of-generation token, when one ended it
+
+
+class _Segments:
+    """Text decoded but not shown yet, with its from-draft flags."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[str, bool]] = []
+
+    def add(self, pieces: Sequence[tuple[str, bool]]) -> None:
+        self.pending.extend(p for p in pieces if p[0])
+
+    def take(self, n_chars: int) -> list[tuple[str, bool]]:
+        out: list[tuple[str, bool]] = []
+        while n_chars > 0 and self.pending:
+            text, flag = self.pending[0]
+            if len(text) <= n_chars:
+                out.append(self.pending.pop(0))
+                n_chars -= len(text)
+            else:
+                out.append((text[:n_chars], flag))
+                self.pending[0] = (text[n_chars:], flag)
+                n_chars = 0
+        return out
+
+
+def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str] = ()) -> Iterator[StepEvent]:
+    """Steps -> events with text; ends the generation at the first stop string."""
+    detok = target.stream_detokenizer()
+    stops = StopStrings(stop)
+    segments = _Segments()
+    for step in steps:
+        reason = step.finish_reason
+        n = step.n_accepted
+        new = [(detok.push(step.tokens[:n]), True), (detok.push(step.tokens[n:]), False)]
+        if reason is not None:
+            new.append((detok.flush(), False))
+        segments.add(new)
+        safe = stops.push("".join(t for t, _ in new))
+        if stops.stopped:
+            reason = FINISH_STOP
+        if reason is not None:
+            safe += stops.flush()
+        from_draft = [i < n for i in range(len(step.tokens))]
+        yield StepEvent(step.tokens, safe, segments.take(len(safe)), from_draft, step.n_drafted, n,
+                        step.drafter, step.counters, reason, step.stop_token)
+        if reason is not None:
+            return
+
+
+def generate(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
+             drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Iterator[StepEvent]:
+    """Generate from `prompt` (token ids), as text events."""
+    steps = generate_steps(target, prompt, config, drafter, verifier)
+    try:
+        yield from stream_text(target, steps, config.stop)
+    finally:
+        steps.close()
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    counters: Counters = field(default_factory=Counters)
+    from_draft: list[bool] = field(default_factory=list)
+
+
+def run(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
+        drafter: Drafter | None = None, verifier: Verifier = verify_step) -> GenerationResult:
+    """Drain `generate` into one result."""
+    out = GenerationResult()
+    parts: list[str] = []
+    for ev in generate(target, prompt, config, drafter, verifier):
+        out.tokens.extend(ev.tokens)
+        out.from_draft.extend(ev.from_draft)
+        parts.append(ev.text)
+        out.counters = ev.counters
+        out.finish_reason = ev.finish_reason
+    out.text = "".join(parts)
+    return out
