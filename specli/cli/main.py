@@ -1,18 +1,14 @@
-"""The `specli` command: a thin Typer layer that wires the modules together."""
+"""The `specli` commands: a thin Typer layer that wires the modules together."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import json
 import os
-import signal
 import sys
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,7 +18,17 @@ from rich.table import Table
 from specli import bench as bench_module  # light: no model code at import
 from specli import metrics, profiles, registry
 from specli.bench import DEFINITIONS
-from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, Terminated, UsageError
+from specli.cli.guard import err_console, guarded, print_notes
+from specli.cli.options import (
+    GENERATION,
+    HARDWARE,
+    MODELS,
+    JsonOpt,
+    ProfileOpt,
+    RecalibrateOpt,
+    with_settings,
+)
+from specli.errors import UsageError
 from specli.profiles import Settings
 from specli.types import FinishReason
 
@@ -34,72 +40,12 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Named models: list, pull, inspect.", no_args_is_help=True)
 profiles_app = typer.Typer(help="Settings profiles (YAML).", no_args_is_help=True)
+cache_app = typer.Typer(help="The history of generated text that suffix and auto draft from.",
+                        no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(profiles_app, name="profiles")
+app.add_typer(cache_app, name="cache")
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
-
-
-def print_notes(notes: list[str]) -> None:
-    for note in notes:
-        err_console().print(f"[yellow]note:[/] {note}", markup=True, soft_wrap=True)
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-def _note_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
-    print_notes([str(message)])
-
-
-def guarded(command: Callable[P, T]) -> Callable[P, T]:
-    """Decorate a command: SpecliError -> one line + its exit code; Ctrl-C -> 130,
-    SIGTERM -> 143; a closed stdout -> quiet exit; anything else -> one line (or the
-    traceback with --debug / SPECLI_DEBUG=1). A deprecated profile key is a note."""
-
-    @functools.wraps(command)
-    def run(*args: P.args, **kwargs: P.kwargs) -> T:
-        with contextlib.suppress(ValueError):  # not in the main thread
-            signal.signal(signal.SIGTERM, _on_sigterm)
-        debug = bool(os.environ.get("SPECLI_DEBUG"))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("default", profiles.DeprecatedKey)
-                warnings.showwarning = _note_warning
-                return command(*args, **kwargs)
-        except SpecliError as e:
-            if debug:
-                raise
-            err_console().print(f"[bold red]error:[/] {e.one_line()}", markup=True, soft_wrap=True)
-            raise typer.Exit(e.exit_code) from None
-        except Terminated:
-            err_console().print("terminated")
-            raise typer.Exit(EXIT_TERMINATED) from None
-        except KeyboardInterrupt:
-            err_console().print("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except BrokenPipeError:
-            with contextlib.suppress(Exception):
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-            raise typer.Exit(0) from None
-        except (typer.Exit, typer.Abort, SystemExit):
-            raise
-        except Exception as e:
-            if debug:
-                raise
-            err_console().print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (rerun with --debug for "
-                                "the traceback and report it)", markup=True, soft_wrap=True)
-            raise typer.Exit(1) from None
-
-    return run
 
 
 @app.callback()
@@ -134,7 +80,6 @@ def pull_progress() -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 @models_app.command("list")
@@ -229,71 +174,6 @@ def profiles_validate(file: Path) -> None:
     """Check a profile file; exit non-zero with the problem if it is invalid."""
     profiles.validate_file(file)
     print(f"{file}: ok")
-
-
-# ------------------------------------------------------ options that are settings
-
-SHORT_FLAGS = {"temperature": "-t", "max_tokens": "-n"}
-# --exact is the `verify` setting as a flag
-EXACT_OPTION = typer.Option(
-    "--exact", help="Verify in chunks bit-identical to one-token decoding (slower; default: one batch, "
-                    "equal to the target's output except at floating-point near-ties).")
-
-
-def setting_option(name: str) -> Any:
-    """`Annotated[type | None, typer.Option(...)]` for setting `name`: the flag, the type
-    and the help come from the settings table; None means "not given"."""
-    if name == "verify":
-        return Annotated[bool | None, EXACT_OPTION]
-    spec = profiles.SPECS[name]
-    kind: Any = {"int": int, "float": float, "bool": bool, "strs": list[str]}.get(spec.kind, str)
-    if spec.null_words:  # e.g. `--threads auto`: checked by the profiles layer
-        kind = str
-    text = spec.doc[0].upper() + spec.doc[1:] + (" (" + " | ".join(spec.choices) + ")" if spec.choices else "")
-    flags = ["--" + name.replace("_", "-"), *([SHORT_FLAGS[name]] if name in SHORT_FLAGS else [])]
-    return Annotated[kind | None, typer.Option(*flags, help=text + ".")]
-
-
-MODELS = ("target", "draft")
-HARDWARE = ("n_gpu_layers", "draft_n_gpu_layers", "threads", "verify")
-# every option of a generation: the same in generate, chat and bench
-GENERATION = (*MODELS, "drafter", "draft_max", "draft_p_min", "temperature", "top_k", "top_p", "min_p", "seed",
-              "max_tokens", "stop", "system", "raw", "ctx", *HARDWARE)
-
-
-def given_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings among `values` that were given (not None, not an empty list)."""
-    out = {k: v for k, v in values.items() if v is not None and v != []}
-    if "verify" in out:  # the --exact flag
-        out["verify"] = "exact" if out["verify"] else "batch"
-    return out
-
-
-def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Give a command one option per setting in `names`; it receives those given as one
-    keyword argument, `overrides` (setting name -> value, for `profiles.resolve_settings`)."""
-
-    def decorate(command: Callable[..., T]) -> Callable[..., T]:
-        sig = inspect.signature(command, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.name != "overrides"]
-        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=setting_option(n))
-                 for n in names]
-
-        @functools.wraps(command)
-        def run(*args: Any, **kwargs: Any) -> T:
-            overrides = given_settings({n: kwargs.pop(n) for n in names})
-            return command(*args, overrides=overrides, **kwargs)
-
-        run.__signature__ = sig.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
-        return run
-
-    return decorate
-
-
-ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Profile name or YAML path.")]
-RecalibrateOpt = Annotated[bool, typer.Option(
-    "--recalibrate", help="Measure this machine's costs again instead of using the cached calibration.")]
-
 
 # ---------------------------------------------------------------------- generate
 
@@ -462,7 +342,7 @@ def calibrate(
 
     from specli.runtime import open_runtime
 
-    s = profiles.resolve_settings(profile, {**overrides, "drafter": "auto"})
+    s = profiles.resolve_settings(profile, {**overrides, "drafter": "auto", "history": False})
     rt = open_runtime(s, recalibrate=not show)
     try:
         cal = rt.calibration()
@@ -483,6 +363,34 @@ def calibrate(
                   f"measured {cal.measured}", highlight=False)
 
 
+# ------------------------------------------------------------------------- cache
+
+
+@cache_app.command("stats")
+@guarded
+def cache_stats(as_json: JsonOpt = False) -> None:
+    """Each history store: documents, tokens, size (one per tokenizer)."""
+    from specli.history import HistoryStore
+
+    rows = HistoryStore.all_stats()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table("path", "documents", "tokens", "bytes", "status")
+    for r in rows:
+        t.add_row(*(str(r.get(k, "-")) for k in ("path", "n_documents", "n_tokens", "file_bytes", "status")))
+    Console().print(t if rows else "no history stored")
+
+
+@cache_app.command("clear")
+@guarded
+def cache_clear() -> None:
+    """Delete every history store (the generated text kept for drafting)."""
+    from specli.history import HistoryStore
+
+    print(f"removed {HistoryStore.clear()} history store(s)")
+
+
 def line_reader() -> Callable[[str], str]:
     """input() with line editing and history where readline exists."""
     with contextlib.suppress(ImportError):
@@ -490,5 +398,3 @@ def line_reader() -> Callable[[str], str]:
     return input
 
 
-if __name__ == "__main__":
-    app()
