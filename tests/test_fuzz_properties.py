@@ -48,9 +48,11 @@ def test_verify_rejection_well_formed(case: tuple[list[int], list[np.ndarray], l
     n_vocab = p_rows[0].size
     assert 0 <= v.next_token < n_vocab
     assert p_rows[v.n_accepted][v.next_token] > 0.0
-    # an accepted draft token always had target mass
+    # an accepted draft token always had target mass; a rejected one is never re-emitted
     for i in range(v.n_accepted):
         assert p_rows[i][draft[i]] > 0.0
+    if v.n_accepted < len(draft):
+        assert v.next_token != draft[v.n_accepted]
     # same seed, same verdict
     assert verify_rejection(draft, p_rows, q_rows, np.random.default_rng(seed)) == v
 

@@ -1,0 +1,114 @@
+"""The path users take with no options: the default profile's `auto` drafter (draft model,
+n-gram index, earlier outputs) priced by a calibration measured on first use and cached,
+and `hybrid`, end to end through `specli generate` on real models."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
+from typer.testing import CliRunner
+
+from specli import calibration
+from specli.cli import app
+
+runner = CliRunner()
+
+
+@dataclass(frozen=True)
+class Case:
+    models: tuple[str, ...]  # registry names the case needs
+    options: tuple[str, ...]  # on top of the default profile, for every run
+    exact: bool  # verify --exact (and a baseline on the same KV cache type)
+    prompt: str
+    n: int
+
+
+CASES = {
+    # the default profile as shipped: its Qwen pair, auto, draft_max 64. The Q4_K_M target's
+    # batches are not bit-identical to one-token decoding (outputs may part at near-ties),
+    # so verify --exact
+    "qwen-pair": Case((QWEN_TARGET, QWEN_DRAFT), (), True,
+                      "Repeat this line four times: for i in range(10): print(i)", 40),
+    # SmolLM2 drafting for itself, one-batch verification (the default): its batches of up
+    # to 33 rows measure bit-identical to one-token decoding, and 32 tokens stay below that
+    "smollm-self": Case((SMOL,), ("--target", SMOL, "--draft", SMOL), False,
+                        'Write the word "apple" twenty times, separated by commas.', 32),
+}
+
+
+@pytest.fixture
+def calibration_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Caches, history and user profiles of the test's own; models stay where they are.
+    No user profile can shadow the shipped default. Returns the calibration file."""
+    monkeypatch.setenv("SPECLI_MODELS_DIR", str(model_file(SMOL).parent))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPECLI_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("SPECLI_HISTORY_DIR", str(tmp_path / "history"))
+    path = calibration.cache_file()
+    assert path.is_relative_to(tmp_path)
+    return path
+
+
+def generate(case: Case, *args: str) -> dict[str, Any]:
+    res = runner.invoke(app, ["generate", *case.options, *args, "--json", "-n", str(case.n), "--ctx", "512",
+                              case.prompt])
+    assert res.exit_code == 0, res.output
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_default_profile_end_to_end(name: str, calibration_file: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    case = CASES[name]
+    for model in case.models:
+        model_file(model)
+    spec_args: tuple[str, ...] = ()
+    base_args: tuple[str, ...] = ()
+    if case.exact:
+        # exact mode runs a q8_0 KV cache on CPU: the baseline decodes over one too
+        q8 = tmp_path / "q8.yaml"
+        q8.write_text("extends: default\nkv_type: q8_0\n")
+        spec_args, base_args = ("--exact",), ("--profile", str(q8))
+    measured: list[str] = []
+    measure = calibration.measure
+
+    def counted(*args: Any, **kwargs: Any) -> calibration.Calibration:
+        measured.append("measure")
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(calibration, "measure", counted)
+
+    base = generate(case, *base_args, "--drafter", "none")
+    assert base["metrics"]["n_drafted"] == 0 and base["n_tokens"] >= case.n // 2
+    assert not calibration_file.exists() and measured == []  # plain decoding needs no costs
+
+    # first use: auto measures this machine's costs and caches them
+    first = generate(case, *spec_args)
+    assert first["settings"]["drafter"] == "auto" and first["settings"]["draft"] == case.models[-1]
+    assert measured == ["measure"]
+    entries = json.loads(calibration_file.read_text())["entries"]
+    assert len(entries) == 1
+    (key, entry), = entries.items()
+    draft_file = model_file(case.models[-1]).name
+    assert key.startswith(model_file(case.models[0]).name) and draft_file in key.split("|")[1:]
+    noise = f"measured batching noise {entry['max_logit_diff']} (nonzero: outputs may part at a near-tie)"
+    assert first["text"] == base["text"], noise
+    assert first["metrics"]["n_drafted"] > 0 and first["metrics"]["n_accepted"] > 0, first["metrics"]
+
+    # second use: the cached figures, nothing measured again
+    second = generate(case, *spec_args)
+    assert second["text"] == base["text"], noise
+    assert second["metrics"]["n_drafted"] > 0
+    assert measured == ["measure"]
+    assert json.loads(calibration_file.read_text())["entries"][key]["measured"] == entry["measured"]
+
+    hybrid = generate(case, *spec_args, "--drafter", "hybrid")
+    assert hybrid["text"] == base["text"], noise
+    assert hybrid["metrics"]["n_drafted"] > 0 and hybrid["metrics"]["n_accepted"] > 0
+    assert measured == ["measure"]
