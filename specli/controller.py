@@ -238,7 +238,7 @@ class Costs:
         """Cost of drafting k tokens: the draft model decodes `pending` catch-up
         tokens in one batch for the first, then one token each (its batches are
         assumed to scale like the target's)."""
-        if kind == "ngram":
+        if kind in ("ngram", "suffix"):  # index lookups: no model
             return [0.0] + [self.ngram_step] * k_max
         step = self.draft_ratio * self.step
         catch_up = step * self.batch_ratio(pending)

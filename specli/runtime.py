@@ -22,9 +22,10 @@ from specli.backend import (
 )
 from specli.calibration import Calibration
 from specli.controller import Costs
-from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, NgramDrafter
+from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, NgramDrafter, SuffixDrafter
 from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
+from specli.history import HistoryStore, SuffixIndex
 from specli.pair import check_pair
 from specli.profiles import Settings, needs_draft_model
 from specli.types import Drafter
@@ -54,29 +55,65 @@ class Runtime:
     recalibrate: bool = False  # measure costs and numerics again instead of using the cache
     _calibration: Calibration | None = field(default=None, repr=False)
     _costs: dict[str, Costs] = field(default_factory=dict, repr=False)  # per verify mode
+    _history: HistoryStore | None = field(default=None, repr=False)
 
     def close(self) -> None:
         self.save_costs()
+        self.save_history()
         if self.draft is not None:
             self.draft.close()
         self.target.close()
 
-    def drafter(self, s: Settings | None = None) -> Drafter | None:
-        """The drafter for settings `s` (default: the runtime's own)."""
+    def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None) -> Drafter | None:
+        """The drafter for settings `s` (default: the runtime's own). Suffix and auto
+        draft from `history`, or by default from this vocabulary's history store."""
         s = s or self.settings
         if s.drafter == "none" or s.draft_max == 0:
             return None
         ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
         if s.drafter == "ngram":
             return ngram
+        suffix = self._suffix_drafter(s, history)
+        if s.drafter == "suffix":
+            return suffix or ngram
         if s.drafter == "auto":
             model = self._draft_model_drafter(s) if self.draft is not None else None
-            return AutoDrafter(self.costs(s), model, ngram)
+            return AutoDrafter(self.costs(s), model, ngram, suffix=suffix)
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
         if s.drafter == "hybrid":
             return HybridDrafter(self._draft_model_drafter(s), ngram)
         return self._draft_model_drafter(s)
+
+    def _suffix_drafter(self, s: Settings, history: SuffixIndex | None) -> SuffixDrafter | None:
+        """Drafts from earlier outputs, and records this run's; None with history off."""
+        if not s.history:
+            return None
+        if history is None:
+            store = self.history_store(s)
+            history, record = store.index, store.add
+        else:
+            record = history.add
+        return SuffixDrafter(history, NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog), record,
+                             s.ngram_min, s.ngram_max)
+
+    def history_store(self, s: Settings | None = None) -> HistoryStore:
+        """Earlier outputs of models with this target's vocabulary (opened once)."""
+        if self._history is None:
+            s = s or self.settings
+            self._history = HistoryStore.open(self.target.vocab.key(), max_tokens=s.history_max_tokens)
+            self.notes.extend(self._history.notes)
+        return self._history
+
+    def save_history(self) -> None:
+        """Add this run's outputs to the history store on disk (a failure to write loses
+        them, nothing else: a note, not an error)."""
+        if self._history is None:
+            return
+        try:
+            self._history.save()
+        except OSError as e:
+            self.notes.append(f"could not save the generation history: {e.strerror or e}")
 
     def _draft_model_drafter(self, s: Settings) -> DraftModelDrafter:
         assert self.draft is not None
@@ -200,4 +237,7 @@ def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
     except BaseException:
         target.close()
         raise
-    return Runtime(s, target, draft, n_common or target.n_vocab, notes=notes, recalibrate=recalibrate)
+    rt = Runtime(s, target, draft, n_common or target.n_vocab, notes=notes, recalibrate=recalibrate)
+    if s.history and s.drafter in ("suffix", "auto") and s.draft_max > 0:
+        rt.history_store(s)  # now, so that a note about a damaged store is shown before generating
+    return rt

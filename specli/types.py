@@ -95,3 +95,7 @@ class Drafter(Protocol):
         """After verification, which took the target `verify_seconds`: `history` now
         ends with the accepted draft prefix and the target's next token."""
         ...
+
+    def end(self, history: Sequence[int]) -> None:
+        """The generation that `begin` started is over; `history` is all it emitted."""
+        ...

@@ -15,6 +15,20 @@ QWEN_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Generations in tests keep their history in a directory of the test session's own,
+    never in the user's store (subprocesses inherit the variable)."""
+    path = tmp_path_factory.mktemp("history")
+    old = os.environ.get("SPECLI_HISTORY_DIR")
+    os.environ["SPECLI_HISTORY_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("SPECLI_HISTORY_DIR", None)
+    else:
+        os.environ["SPECLI_HISTORY_DIR"] = old
+
+
 def model_file(name: str) -> Path:
     """Path of a pulled registry model; skip (or fail under SPECLI_REQUIRE_MODELS=1)."""
     from specli import registry

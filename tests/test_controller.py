@@ -177,8 +177,8 @@ def test_auto_learns_acceptance_per_match_length() -> None:
         future += [10, 11, 90 + r]  # a 2-gram seen before, then something new
         future += block  # repeats: once inside, the 4-gram suffix always matches
     _replay_auto(auto, history, future, 4)
-    assert auto.ngram_by_n[2].rates(1)[0] < 0.2
-    assert auto.ngram_by_n[4].rates(1)[0] > 0.8
+    assert auto.by_n["ngram"][2].rates(1)[0] < 0.2
+    assert auto.by_n["ngram"][4].rates(1)[0] > 0.8
     late = _replay_auto(auto, history, [10, 11, 99, *block, 10, 11, 98, *block], 4)
     assert all(k == 0 for n, k in late if n == 2) and any(k > 0 for n, k in late if n == 4)
 

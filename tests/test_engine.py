@@ -83,6 +83,7 @@ def test_smollm_with_itself_accepts_almost_everything(smol: Model, smol_draft: M
 def test_random_drafts_are_all_rejected_but_output_unchanged(smol: Model) -> None:
     class RandomDrafter:
         name = "random"
+        decode_seconds = 0.0
 
         def __init__(self) -> None:
             self.rng = np.random.default_rng(0)
@@ -93,7 +94,10 @@ def test_random_drafts_are_all_rejected_but_output_unchanged(smol: Model) -> Non
         def propose(self, history: list[int], k: int) -> Draft:
             return Draft([int(t) for t in self.rng.integers(1000, 40000, size=k)], None, self.name)
 
-        def accept(self, history: list[int], n_accepted: int) -> None:
+        def accept(self, history: list[int], n_accepted: int, verify_seconds: float) -> None:
+            pass
+
+        def end(self, history: list[int]) -> None:
             pass
 
     prompt = chat(smol, "What is the capital of Italy?")
@@ -221,7 +225,7 @@ def test_qwen_pair_greedy_equals_target_alone(prompt: str, qwen_target: Model, q
     toks = chat(qwen_target, prompt)
     margins = MarginRecorder(verify_step)
     base = run(qwen_target, toks, greedy(128), None, margins)
-    spec = run(qwen_target, toks, greedy(128, 4), DraftModelDrafter(qwen_draft, p_min=0.3))
+    spec = run(qwen_target, toks, greedy(128, 4), DraftModelDrafter(qwen_draft, draft_p_min=0.3))
     assert len(base.tokens) >= 100
     diff = first_difference(base.tokens, spec.tokens)
     if diff is not None:
@@ -277,26 +281,48 @@ def test_qwen_exact_mode_is_bit_identical(prompt: str, qwen_exact: Model) -> Non
 
 def test_qwen_pair_sampling_matches_target_distribution(qwen_target: Model, qwen_draft: Model) -> None:
     """At temperature 0.8 the first two emitted tokens follow the target's own
-    distribution: compare speculative samples with the exact p(t1) p(t2 | t1)."""
+    distribution p(t1) p(t2 | t1), with t2 coming out of a drafted step: the draft model
+    proposes t2 from q(t2 | t1), which rejection sampling accepts or replaces."""
     params = SamplingParams(temperature=0.8)
-    toks = qwen_target.tokenize("The three most popular programming languages are", add_special=False)
+    # here the pair disagrees on t2 (target ", in", draft ", there"), so a wrong verifier shows
+    toks = qwen_target.tokenize("Once upon a time", add_special=False)
     qwen_target.reset()
+    qwen_draft.reset()
     p1 = probs_from_logits(qwen_target.decode(toks, [len(toks) - 1])[0], params)
+    qwen_draft.decode(toks[:-1])
     exact: dict[tuple[int, int], float] = {}
+    accept_all: dict[tuple[int, int], float] = {}  # what accepting every draft token gives
     for t1 in np.flatnonzero(p1 > 1e-3):
         qwen_target.rollback(len(toks))
         p2 = probs_from_logits(qwen_target.decode([int(t1)], [0])[0], params)
+        qwen_draft.rollback(len(toks) - 1)
+        q2 = probs_from_logits(qwen_draft.decode([toks[-1], int(t1)], [1])[0], params)
         for t2 in np.flatnonzero(p2 > 1e-3):
             exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
-    n = 400
+        for t2 in np.flatnonzero(q2 > 1e-3):
+            accept_all[(int(t1), int(t2))] = float(p1[t1] * q2[t2])
+
+    def tv(a: dict[tuple[int, int], float], b: dict[tuple[int, int], float]) -> float:
+        return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+    n = 120
     seen: Counter[tuple[int, int]] = Counter()
+    n_drafted = n_accepted = 0
     for seed in range(n):
-        cfg = GenerationConfig(max_tokens=2, draft_max=3, sampling=SamplingParams(temperature=0.8, seed=seed))
+        # max_tokens=3: t1 comes from the prefill, then one step drafts k = 1 token for t2
+        cfg = GenerationConfig(max_tokens=3, draft_max=3, sampling=SamplingParams(temperature=0.8, seed=seed))
         res = run(qwen_target, toks, cfg, DraftModelDrafter(qwen_draft, cfg.sampling))
+        assert res.counters.n_drafted > 0
+        n_drafted += res.counters.n_drafted
+        n_accepted += res.counters.n_accepted
         seen[(res.tokens[0], res.tokens[1])] += 1
-    keys = set(exact) | set(seen)
-    tv = 0.5 * sum(abs(seen[k] / n - exact.get(k, 0.0)) for k in keys)
+    assert 0 < n_accepted < n_drafted  # both the accept and the resample branch ran
     missing_mass = 1.0 - sum(exact.values())  # pairs below the 1e-3 cut-off
-    # sampling noise of a 400-draw empirical distribution over ~20 outcomes is about
-    # 0.5 * sum sqrt(p(1-p)/n) <= 0.5 * sqrt(K/n) ~ 0.11; use 0.15 plus the cut-off mass
-    assert tv < 0.15 + missing_mass, (tv, missing_mass)
+    # ~20 outcomes, 120 draws: multinomial draws from `exact` give an empirical TV of 0.07
+    # on average and under 0.19 in 99.99% of cases; accepting every draft token (the draft
+    # continues ", there", the target ", in") lands ~0.47 away, beyond the bound even with
+    # noise as large as the bound itself
+    bound = 0.2 + missing_mass
+    assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
+    observed = tv({k: v / n for k, v in seen.items()}, exact)
+    assert observed < bound, (observed, bound)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,14 @@ class Vocab:
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(p)),
             add_eos=bool(llama_cpp.llama_vocab_get_add_eos(p)),
         )
+
+    def key(self) -> str:
+        """A hash of every token's text: equal for models that share token ids."""
+        h = hashlib.blake2b(digest_size=8)
+        for i in range(self.n_vocab):
+            h.update(self.token_text(i))
+            h.update(b"\0")
+        return f"{self.n_vocab}-{h.hexdigest()}"
 
     def token_text(self, token: int) -> bytes:
         return bytes(llama_cpp.llama_vocab_get_text(self._ptr, token) or b"")

@@ -29,6 +29,7 @@ from specli.bench.plan import Plan
 from specli.bench.records import Record, record_from_counters
 from specli.engine import Verifier
 from specli.errors import SpecliError
+from specli.history import SuffixIndex
 from specli.profiles import Settings
 from specli.prompting import Message
 from specli.suites import Prompt
@@ -79,6 +80,9 @@ class _Runner:
         self.rt = rt
         self.peer = peer
         self.verifier = verifier
+        # each mode drafts from its own earlier outputs in this run, never from the user's
+        # history store: cold at the start, so a second --repeat shows what history brings
+        self.histories: dict[str, SuffixIndex] = {}
 
     def reset(self) -> None:
         self.rt.target.reset()
@@ -113,7 +117,7 @@ class _Runner:
                      on_record: Callable[[Record], None], before_turn: Callable[[int], None]) -> None:
         s = self.plan.settings[mode.name]
         self.reset()
-        drafter = None if mode.peer else self.rt.drafter(s)
+        drafter = None if mode.peer else self.rt.drafter(s, self.histories.setdefault(mode.name, SuffixIndex()))
         history: list[Message] = []
         for turn, user in enumerate(self.plan.turns_of(prompt)):
             before_turn(turn)
@@ -142,7 +146,7 @@ class _Runner:
         for m in [first, *([plan.peer] if plan.peer else [])]:
             s = plan.settings[m.name]
             self.reset()
-            drafter = None if m.peer else self.rt.drafter(s)
+            drafter = None if m.peer else self.rt.drafter(s, SuffixIndex())
             self.generate(m, s, drafter, self.rt.prompt_tokens(prompt.turns[0], s), keep_cache=False, max_tokens=n)
         self.reset()
 
@@ -176,7 +180,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
     try:
         for m in plan.modes:  # surface unsupported drafters before measuring anything
             if not m.peer:
-                rt.drafter(plan.settings[m.name])
+                rt.drafter(plan.settings[m.name], SuffixIndex())
         if plan.peer is not None:
             peer = peers.LlamaCppPythonPeer(plan.settings[plan.peer.name], plan.peer.drafter, rt)
         if plan.base.temperature == 0:

@@ -4,5 +4,6 @@ from specli.drafters.auto import AutoDrafter
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.hybrid import HybridDrafter
 from specli.drafters.ngram import NgramDrafter
+from specli.drafters.suffix import SuffixDrafter
 
-__all__ = ["AutoDrafter", "DraftModelDrafter", "HybridDrafter", "NgramDrafter"]
+__all__ = ["AutoDrafter", "DraftModelDrafter", "HybridDrafter", "NgramDrafter", "SuffixDrafter"]

@@ -1,6 +1,6 @@
-"""The cost-aware controller as a drafter: each step it asks the n-gram index and
-weighs the draft model, then drafts with the (drafter, k) of highest expected
-tokens per second, or not at all (k = 0)."""
+"""The cost-aware controller as a drafter: each step it asks the n-gram index and the
+store of earlier outputs and weighs the draft model, then drafts with the (drafter, k)
+of highest expected tokens per second, or not at all (k = 0)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from specli.controller import AcceptanceStats, Choice, Costs, choose
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
+from specli.drafters.suffix import SuffixDrafter
 from specli.types import Draft
 
 FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
@@ -26,21 +27,24 @@ class AutoDrafter:
         draft: DraftModelDrafter | None = None,
         ngram: NgramDrafter | None = None,
         explore_every: int = 24,
+        suffix: SuffixDrafter | None = None,
     ) -> None:
         self.costs = costs
         self.draft = draft
         self.ngram = ngram
+        self.suffix = suffix  # earlier outputs (its own n-gram index is not used here)
         self.explore_every = explore_every
-        self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5)}
-        # n-gram acceptance by match length: a 6-token match predicts far better than a 3-token one
-        self.ngram_by_n: dict[int, AcceptanceStats] = {}
+        self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5),
+                           "suffix": AcceptanceStats(prior=0.5)}
+        # index-lookup acceptance by match length: a 6-token match predicts far better than a 3-token one
+        self.by_n: dict[str, dict[int, AcceptanceStats]] = {"ngram": {}, "suffix": {}}
         self.last = Choice("none", 0, 0.0)
-        self._since_tried = {"draft": 0, "ngram": 0}
+        self._since_tried = {"draft": 0, "ngram": 0, "suffix": 0}
         # steps between probes of a drafter not chosen; doubles while probes fail, up to a cap
-        self._interval = {"draft": min(FIRST_PROBE, explore_every), "ngram": min(FIRST_PROBE, explore_every)}
+        self._interval = dict.fromkeys(self._since_tried, min(FIRST_PROBE, explore_every))
         self._probing: str | None = None
         self._used: tuple[str, int] | None = None
-        self._ngram_n = 0
+        self._match_n = {"ngram": 0, "suffix": 0}  # match length behind the last lookup
 
     @property
     def decode_seconds(self) -> float:
@@ -51,25 +55,27 @@ class AutoDrafter:
             self.draft.begin(history)
         if self.ngram is not None:
             self.ngram.begin(history)
+        if self.suffix is not None:
+            self.suffix.track(history)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         available: dict[str, int] = {}
-        ngram_draft = Draft()
+        lookups: dict[str, Draft] = {}
         if self.ngram is not None:
-            ngram_draft = self.ngram.propose(history, k)
-            available["ngram"] = len(ngram_draft.tokens)
-            if ngram_draft.tokens:
-                n = self.ngram.last_match_n
-                if n not in self.ngram_by_n:
-                    self.ngram_by_n[n] = AcceptanceStats(prior=self._ngram_prior(n))
-                self._ngram_n = n
+            lookups["ngram"] = self.ngram.propose(history, k)
+            self._match_n["ngram"] = self.ngram.last_match_n
+        if self.suffix is not None:
+            lookups["suffix"] = self.suffix.from_store(history, k)
+            self._match_n["suffix"] = self.suffix.last.match_len if self.suffix.last else 0
+        stats = dict(self.acceptance)
+        for name, d in lookups.items():
+            available[name] = len(d.tokens)
+            if d.tokens:
+                stats[name] = self._stats_by_n(name, self._match_n[name])
         pending = 1
         if self.draft is not None:
             available["draft"] = k
             pending = max(1, len(history) - self.draft.model.n_past)
-        stats = dict(self.acceptance)
-        if available.get("ngram"):
-            stats["ngram"] = self.ngram_by_n[self._ngram_n]
         choice = choose(self.costs, stats, available, pending)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
@@ -83,8 +89,8 @@ class AutoDrafter:
                 self._probing = name
                 break
         self.last = choice
-        if choice.drafter == "ngram":
-            d = Draft(ngram_draft.tokens[: choice.k], None, "ngram")
+        if choice.drafter in lookups:
+            d = Draft(lookups[choice.drafter].tokens[: choice.k], None, choice.drafter)
         elif choice.drafter == "draft" and self.draft is not None:
             d = self.draft.propose(history, choice.k)
             for s in self.draft.step_seconds:
@@ -115,13 +121,16 @@ class AutoDrafter:
         backlog = self.costs.draft_costs(name, 1, pending)[1] - self.costs.draft_costs(name, 1, 1)[1]
         return saved > backlog
 
-    def _ngram_prior(self, n: int) -> float:
-        """First-use acceptance of a match of n tokens (a weak prior, soon outweighed):
-        at least what shorter matches have shown, since a longer match predicts at least
-        as well, and at least 1 - 1.5/n (0.5 for 3 tokens, 0.875 for 12: text repeated
-        that far usually goes on repeating)."""
-        shorter = [self.ngram_by_n[m].rates(1)[0] for m in self.ngram_by_n if m < n]
-        return max([self.acceptance["ngram"].rates(1)[0], 1.0 - 1.5 / n, *shorter])
+    def _stats_by_n(self, name: str, n: int) -> AcceptanceStats:
+        """Acceptance of `name`'s matches of n tokens. First use starts from a weak prior,
+        soon outweighed: at least what shorter matches have shown, since a longer match
+        predicts at least as well, and at least 1 - 1.5/n (0.5 for 3 tokens, 0.875 for 12:
+        text repeated that far usually goes on repeating)."""
+        by_n = self.by_n[name]
+        if n not in by_n:
+            shorter = [by_n[m].rates(1)[0] for m in by_n if m < n]
+            by_n[n] = AcceptanceStats(prior=max([self.acceptance[name].rates(1)[0], 1.0 - 1.5 / n, *shorter]))
+        return by_n[n]
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
         if self._used is not None:
@@ -136,8 +145,13 @@ class AutoDrafter:
                 self._probing = None
             if name in self.acceptance and n_drafted > 0:
                 self.acceptance[name].update(n_drafted, n_accepted)
-                if name == "ngram":
-                    self.ngram_by_n[self._ngram_n].update(n_drafted, n_accepted)
+                if name in self.by_n:
+                    self._stats_by_n(name, self._match_n[name]).update(n_drafted, n_accepted)
             self._used = None
         if self.draft is not None:
             self.draft.accept(history, n_accepted, verify_seconds)
+
+    def end(self, history: Sequence[int]) -> None:
+        for d in (self.draft, self.ngram, self.suffix):
+            if d is not None:
+                d.end(history)

@@ -105,3 +105,6 @@ class DraftModelDrafter:
         # the cache holds history[:base] + a prefix of the draft; keep what was accepted
         self.model.rollback(min(self._base + n_accepted, self.model.n_past))
         self._n_proposed = 0
+
+    def end(self, history: Sequence[int]) -> None:
+        pass

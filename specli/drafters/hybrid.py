@@ -32,3 +32,7 @@ class HybridDrafter:
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         self.draft.accept(history, n_accepted, verify_seconds)
         self.ngram.accept(history, n_accepted, verify_seconds)
+
+    def end(self, history: Sequence[int]) -> None:
+        self.draft.end(history)
+        self.ngram.end(history)

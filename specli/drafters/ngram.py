@@ -75,3 +75,6 @@ class NgramDrafter:
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         pass
+
+    def end(self, history: Sequence[int]) -> None:
+        pass

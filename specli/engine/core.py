@@ -104,7 +104,19 @@ _EMPTY = Draft()
 def generate_steps(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
                    drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Generator[Step, None, None]:
     """Generate token ids from `prompt`. Reuses whatever prefix of the prompt the
-    target's (and drafter's) KV cache already holds."""
+    target's (and drafter's) KV cache already holds. The drafter hears `end` once the
+    generation is over, however it ends."""
+    history = list(prompt)
+    try:
+        yield from _steps(history, target, prompt, config, drafter, verifier)
+    finally:
+        if drafter is not None:
+            drafter.end(history)
+
+
+def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], config: GenerationConfig,
+           drafter: Drafter | None, verifier: Verifier) -> Generator[Step, None, None]:
+    """The loop behind `generate_steps`; `history` (the prompt) grows as tokens are emitted."""
     if not prompt:
         raise UsageError("the prompt is empty", "give some text to continue")
     if len(prompt) >= target.n_ctx:
@@ -117,7 +129,6 @@ def generate_steps(target: LanguageModel, prompt: Sequence[int], config: Generat
     c = Counters(n_prompt=len(prompt))
     llama_t0 = _llama_seconds(target, drafter)
     rng = np.random.default_rng(config.sampling.seed)
-    history = list(prompt)
 
     def step(emitted: list[int], n_drafted: int, n_accepted: int, name: str, reason: FinishReason | None) -> Step:
         stop_token = emitted.pop() if reason == FINISH_STOP and emitted and target.is_eog(emitted[-1]) else None

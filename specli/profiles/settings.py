@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from specli.profiles.spec import Spec
 from specli.types import SamplingParams
 
-DRAFTERS = ("draft", "ngram", "hybrid", "auto", "none")
+DRAFTERS = ("draft", "ngram", "suffix", "hybrid", "auto", "none")
 VERIFY_MODES = ("batch", "exact")
 FLASH_ATTN = ("auto", "on", "off")
 KV_TYPES = ("auto", "f16", "q8_0", "q4_0", "f32")
@@ -87,7 +87,7 @@ class Settings:
         _DRAFT, nullable=True, null_words=("none",), doc="draft model; none = no model", reload=True
     )
     # drafting
-    drafter: str = _choice("draft", DRAFTERS, doc="who drafts: model, n-gram lookup, both, auto or none")
+    drafter: str = _choice("draft", DRAFTERS, doc="who drafts: model, n-gram lookup, suffix (earlier outputs too), both, auto or none")
     draft_max: int = _int(4, 0, 64, doc="most tokens drafted per step")
     verify: str = _choice(
         "batch", VERIFY_MODES, reload=True,
@@ -98,6 +98,9 @@ class Settings:
     draft_p_min: float = _float(0.0, 0.0, 1.0, doc="stop drafting below this draft-model top probability")
     ngram_min: int = _int(3, 1, 16, doc="shortest n-gram the n-gram drafter matches")
     ngram_max: int = _int(12, 1, 16, doc="longest n-gram the n-gram drafter matches (>= ngram_min)")
+    history: bool = _bool(True, doc="keep generated text (under the user cache dir) to draft from in later runs: "
+                                    "suffix and auto drafters; off = nothing kept or read")
+    history_max_tokens: int = _int(2_000_000, 0, doc="most tokens of earlier outputs kept per vocabulary")
     # sampling
     temperature: float = _float(0.0, 0.0, 5.0, doc="sampling temperature; 0 = greedy")
     top_k: int = _int(0, 0, doc="keep the k most likely tokens; 0 = off")

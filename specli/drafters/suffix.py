@@ -1,0 +1,57 @@
+"""Drafting from everything generated before: a suffix index over earlier outputs (kept
+across runs in a history store) beside the n-gram index over this generation's own
+prompt and output. The longer match wins. Drafts carry no probabilities (a one-hot q),
+so both verifications stay lossless: stored text reaches the output only where the
+target accepts it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specli.drafters.ngram import NgramDrafter
+from specli.history import Continuation, SuffixIndex
+from specli.types import Draft
+
+
+class SuffixDrafter:
+    name = "suffix"
+    decode_seconds = 0.0  # no model
+
+    def __init__(self, index: SuffixIndex, ngram: NgramDrafter, record: Callable[[list[int]], None] | None = None,
+                 min_match: int = 3, max_match: int = 12) -> None:
+        self.index, self.ngram, self.record = index, ngram, record
+        self.min_match, self.max_match = min_match, max_match
+        self.last: Continuation | None = None  # the last stored continuation drafted
+        self._n_prompt: int | None = None  # set while a generation runs
+
+    def begin(self, history: Sequence[int]) -> None:
+        self.ngram.begin(history)
+        self.track(history)
+
+    def track(self, history: Sequence[int]) -> None:
+        """A generation starts from `history`: what follows it is output, for the store."""
+        self._n_prompt = len(history)
+
+    def from_store(self, history: Sequence[int], k: int) -> Draft:
+        """The stored continuation of the longest suffix of `history` seen before."""
+        cont = self.index.lookup(history, k, self.min_match, self.max_match) if k > 0 else None
+        self.last = cont
+        return Draft(list(cont.tokens[:k]) if cont else [], None, self.name)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        local = self.ngram.propose(history, k)
+        stored = self.from_store(history, k)
+        if stored.tokens and (not local.tokens or (self.last and self.last.match_len > self.ngram.last_match_n)):
+            return stored
+        return Draft(local.tokens, None, self.name)
+
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
+        pass
+
+    def end(self, history: Sequence[int]) -> None:
+        """The generation is over: its output joins the store (the prompt does not)."""
+        if self._n_prompt is None:
+            return
+        output, self._n_prompt = list(history[self._n_prompt :]), None
+        if self.record is not None and output:
+            self.record(output)
