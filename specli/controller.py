@@ -25,6 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 DRIFT = 1.5  # observed / predicted cost beyond this factor (either way) is drift, not noise
+# steps between the plain steps a controller that keeps drafting takes to measure t1 again:
+# without them a t1 stored from a busy machine (seen: 1.34 s for a 54 ms step, with every
+# batch priced at one step) is never corrected, and auto drafts 47-token draft-model runs
+# at 0.75x. Doubles while t1 holds, up to the cap; back to the start when it does not.
+PLAIN_EVERY = (32, 256)
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -165,6 +170,9 @@ class Costs:
     drifted: bool = False  # observations disagreed with the table: store the corrected one
     _t1: Ema = field(init=False, repr=False)
     _off: int = field(default=0, init=False, repr=False)  # consecutive observations off by > DRIFT
+    _t1_off: int = field(default=0, init=False, repr=False)  # consecutive plain steps off by > DRIFT
+    _since_plain: int = field(default=0, init=False, repr=False)  # verifications since a plain step
+    _plain_every: int = field(default=PLAIN_EVERY[0], init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._t1 = Ema(self.t1, 0.2)
@@ -184,6 +192,11 @@ class Costs:
     def doubting(self) -> bool:
         """The last verification disagreed with the table by more than DRIFT."""
         return self._off > 0
+
+    @property
+    def plain_step_due(self) -> bool:
+        """Time for a plain step, to measure t1 again (a drafter never shows it)."""
+        return self._since_plain >= (1 if self._t1_off else self._plain_every)
 
     def batch_ratio(self, n: int) -> float:
         """A batch of n tokens, in plain steps (one batch, however large)."""
@@ -214,8 +227,9 @@ class Costs:
         if seconds <= 0:
             return
         if k == 0:
-            self._t1.add(seconds)
+            self._observe_plain(seconds)
             return
+        self._since_plain += 1
         batches = self.decoded_batches(k, n_accepted)
         raw = sum(interpolate(self.sizes, self.ratios, n) for n in batches) * self.level * self.step
         off = seconds / max(raw, self.step * len(batches))  # against what the controller priced
@@ -229,6 +243,21 @@ class Costs:
         else:
             self._off = 0
             self.level *= fix ** 0.1  # slow refinement in log space
+
+    def _observe_plain(self, seconds: float) -> None:
+        off = seconds / self.step if self.step > 0 else 1.0
+        self._since_plain = 0
+        if off > DRIFT or off < 1 / DRIFT:
+            self._t1_off += 1
+            self._plain_every = PLAIN_EVERY[0]
+            if self._t1_off >= 2:  # twice in a row: t1 is wrong, not the moment
+                self._t1.value = seconds
+                self.drifted = True
+                self._t1_off = 0
+            return
+        self._t1_off = 0
+        self._plain_every = min(2 * self._plain_every, PLAIN_EVERY[1])
+        self._t1.add(seconds)
 
     def observe_draft_step(self, seconds: float) -> None:
         if self.step > 0:

@@ -6,28 +6,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from specli.errors import PairError
+from specli.types import VocabInfo
 
 MAX_VOCAB_DIFF = 128
 FIRST_COMPARED_TOKEN = 5
 
 
-class VocabInfoLike(Protocol):
-    @property
-    def vocab_type(self) -> str: ...
-    @property
-    def n_vocab(self) -> int: ...
-    @property
-    def bos(self) -> int: ...
-    @property
-    def eos(self) -> int: ...
-    @property
-    def add_bos(self) -> bool: ...
-    @property
-    def add_eos(self) -> bool: ...
-
-
 class VocabLike(Protocol):
-    def info(self) -> VocabInfoLike: ...
+    def info(self) -> VocabInfo: ...
 
     def token_text(self, token: int) -> bytes: ...
 

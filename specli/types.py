@@ -29,6 +29,19 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class VocabInfo:
+    """A tokenizer's type, size and special tokens: what a draft/target pair check needs."""
+
+    vocab_type: str
+    n_vocab: int
+    bos: int
+    eos: int
+    eot: int
+    add_bos: bool
+    add_eos: bool
+
+
+@dataclass(frozen=True)
 class Verdict:
     """Outcome of verifying one draft: keep draft[:n_accepted], then next_token."""
 

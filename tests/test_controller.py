@@ -197,3 +197,33 @@ def test_auto_probes_less_often_while_probes_fail() -> None:
     probes = sum(1 for _, k in steps if k > 0)
     assert 0 < probes < len(steps) / 4 / 3  # without back-off: about one step in 4
     assert all(k <= 1 for _, k in steps)  # a probe drafts one token
+
+
+def test_auto_that_keeps_drafting_still_measures_plain_steps() -> None:
+    """A table stored from a busy machine (seen for real: t1 1.34 s for a 54 ms step, every
+    batch priced at one step) makes drafting look free, so auto drafts every step and never
+    takes the plain step that would show t1 is wrong. Verification times come from the
+    true table: within 64 steps a plain step corrects t1, the batches' level follows, and
+    auto stops drafting runs that the true costs say lose."""
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    sizes = [1, 2, 4, 8, 16, 33]
+    true = Costs(0.054, sizes, [1.0, 1.7, 3.1, 7.5, 10.8, 21.5])
+    poisoned = Costs(1.34, sizes, [1.0] * len(sizes))
+    auto = AutoDrafter(poisoned, None, NgramDrafter(3, 12), explore_every=10**9)
+    block = list(range(100, 140))
+    history = [*block, *block[:5]]
+    auto.begin(history)
+    drafted = []
+    for i in range(96):
+        d = auto.propose(history, 32)
+        n = len(d.tokens)
+        n_acc = n // 2  # half of every draft holds: worth drafting only where batches are cheap
+        seconds = true.verify_costs(n)[n]
+        history += block[:n_acc + 1] if i % 2 else block[5 : 6 + n_acc]
+        auto.accept(history, n_acc, seconds)
+        drafted.append(n)
+    assert poisoned.drifted and abs(poisoned.step / true.step - 1) < 0.5
+    assert poisoned.batch_ratio(16) > 5  # the level followed t1
+    assert sum(drafted[64:]) < sum(drafted[:32]) / 4  # long losing drafts stopped

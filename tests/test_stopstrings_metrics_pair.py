@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from specli.metrics import (
 )
 from specli.pair import check_pair
 from specli.stopstrings import StopStrings
+from specli.types import VocabInfo
 
 
 def feed(stops: list[str], deltas: list[str]) -> tuple[str, bool]:
@@ -72,21 +74,15 @@ def test_empty_counters_do_not_divide_by_zero() -> None:
     assert acceptance_rate(c) == 0.0 and mean_accepted_length(c) == 0.0
 
 
-@dataclass
-class FakeInfo:
-    vocab_type: str = "bpe"
-    n_vocab: int = 100
-    bos: int = 1
-    eos: int = 2
-    add_bos: bool = False
-    add_eos: bool = False
+def FakeInfo(**changes: Any) -> VocabInfo:  # noqa: N802
+    return replace(VocabInfo("bpe", 100, bos=1, eos=2, eot=-1, add_bos=False, add_eos=False), **changes)
 
 
 class FakeVocab:
-    def __init__(self, info: FakeInfo, texts: dict[int, bytes] | None = None) -> None:
+    def __init__(self, info: VocabInfo, texts: dict[int, bytes] | None = None) -> None:
         self._info, self._texts = info, texts or {}
 
-    def info(self) -> FakeInfo:
+    def info(self) -> VocabInfo:
         return self._info
 
     def token_text(self, token: int) -> bytes:

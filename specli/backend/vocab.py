@@ -6,7 +6,6 @@ import codecs
 import ctypes
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,9 @@ import llama_cpp
 from specli.backend.loader import check_gguf_header, load_model_ptr
 from specli.backend.system import LoadOptions
 from specli.errors import BackendError
+from specli.types import VocabInfo
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
-
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """What a draft/target pair check needs."""
-
-    vocab_type: str
-    n_vocab: int
-    bos: int
-    eos: int
-    eot: int
-    add_bos: bool
-    add_eos: bool
 
 
 class Vocab:

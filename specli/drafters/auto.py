@@ -77,6 +77,9 @@ class AutoDrafter:
             available["draft"] = k
             pending = max(1, len(history) - self.draft.model.n_past)
         choice = choose(self.costs, stats, available, pending)
+        if choice.drafter != "none" and self.costs.plain_step_due:
+            available = {}  # a plain step now and then keeps t1, and with it every price, honest
+            choice = Choice("none", 0, 0.0)
         for name, n in available.items():
             if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
                 if name == "draft" and not self._hopeful(name, n, pending, choice):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Mapping
@@ -74,17 +75,7 @@ def resolve(name_or_path: str, registry: Mapping[str, ModelSpec] | None = None) 
 
 
 def describe(spec: ModelSpec) -> dict[str, Any]:
-    """A JSON-ready summary for `models list --json`."""
-    return {
-        "name": spec.name,
-        "role": spec.role,
-        "family": spec.family,
-        "description": spec.description,
-        "path": str(model_path(spec)),
-        "size": spec.size,
-        "sha256": spec.sha256,
-        "present": is_present(spec),
-        "has_chat_template": spec.has_chat_template,
-        "context_length": spec.context_length,
-        "sources": [s.describe() for s in spec.sources],
-    }
+    """A JSON-ready summary for `models list --json`: the entry, where it lives, whether it is there."""
+    out: dict[str, Any] = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "sources"}
+    out.update(path=str(model_path(spec)), present=is_present(spec), sources=[s.describe() for s in spec.sources])
+    return out
