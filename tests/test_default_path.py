@@ -112,3 +112,30 @@ def test_default_profile_end_to_end(name: str, calibration_file: Path, tmp_path:
     assert hybrid["text"] == base["text"], noise
     assert hybrid["metrics"]["n_drafted"] > 0 and hybrid["metrics"]["n_accepted"] > 0
     assert measured == ["measure"]
+
+
+def test_history_drafts_from_earlier_runs(calibration_file: Path, tmp_path: Path) -> None:
+    """`suffix` drafts from outputs kept by earlier runs: the second run of a prompt drafts
+    its answer from the first's, and its output is still the target's; --no-history keeps
+    nothing; `specli cache` shows and clears the store."""
+    case = CASES["smollm-self"]
+    model_file(SMOL)
+    prompt_case = Case(case.models, (*case.options, "--draft-max", "16"), False,
+                       "List five fruits, one per line, each with a short description.", 32)
+    base = generate(prompt_case, "--drafter", "none")
+    assert not (tmp_path / "history").exists() or not any((tmp_path / "history").iterdir())
+
+    unkept = generate(prompt_case, "--drafter", "suffix", "--no-history")
+    assert unkept["text"] == base["text"] and "suffix" not in unkept["metrics"]["drafter_steps"]
+    assert not (tmp_path / "history").exists() or not list((tmp_path / "history").glob("*.hist"))
+
+    cold = generate(prompt_case, "--drafter", "suffix")
+    warm = generate(prompt_case, "--drafter", "suffix")
+    assert cold["text"] == base["text"] and warm["text"] == base["text"]
+    assert warm["metrics"]["drafter_steps"].get("suffix", 0) > 0
+    assert warm["metrics"]["n_target_forwards"] < cold["metrics"]["n_target_forwards"] / 2
+
+    stats = json.loads(runner.invoke(app, ["cache", "stats", "--json"]).stdout)
+    assert [(s["n_documents"], s["status"]) for s in stats] == [(2, "ok")]
+    assert runner.invoke(app, ["cache", "clear"]).exit_code == 0
+    assert json.loads(runner.invoke(app, ["cache", "stats", "--json"]).stdout) == []
