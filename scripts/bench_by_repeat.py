@@ -16,6 +16,8 @@ from pathlib import Path
 
 
 def main() -> None:
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
     doc = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     cells: dict[tuple[str, str, int], list[float]] = defaultdict(list)
     for r in doc["records"]:

@@ -239,7 +239,14 @@ def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_
     tokens is within the measured batching noise, so an output that took the runner-up
     there is a near-tie in batch mode, a mismatch in exact mode, and one that took any
     other token is a mismatch."""
-    from specli.bench import classify_divergence
+    from specli.bench import Mode, classify_divergence, record_from_counters
+    from specli.metrics import Counters
+    from specli.suites import Prompt
+
+    def record(tokens: list[int], verify: str = "batch", margins: list[tuple[int, float]] | None = None):  # type: ignore[no-untyped-def]
+        return record_from_counters(Counters(), mode=Mode("m", "draft"), prompt=Prompt("p", "c", ("x",)),
+                                    prompt_index=0, repeat=0, turn=0, tokens=tokens, text="", finish_reason=None,
+                                    temperature=0.0, verify=verify, margins=margins)
 
     toks = chat(qwen_target, PROMPTS[1])
     margins = MarginRecorder(verify_step)
@@ -247,12 +254,12 @@ def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_
     i = min(range(len(base.tokens)), key=lambda j: margins.margins[j][1])
     runner_up, gap = margins.margins[i]
     assert 0 <= gap <= qwen_calibration.tie_bound, (gap, qwen_calibration.tie_bound)
-    baseline = {"tokens": base.tokens, "margins": [list(m) for m in margins.margins]}
-    flipped = {"tokens": [*base.tokens[:i], runner_up], "verify": "batch"}
-    assert classify_divergence(baseline, flipped, i, qwen_calibration.tie_bound) == "near-tie"
-    assert classify_divergence(baseline, {**flipped, "verify": "exact"}, i, qwen_calibration.tie_bound) == "mismatch"
+    baseline = record(base.tokens, margins=margins.margins)
+    flipped = [*base.tokens[:i], runner_up]
+    assert classify_divergence(baseline, record(flipped), i, qwen_calibration.tie_bound) == "near-tie"
+    assert classify_divergence(baseline, record(flipped, "exact"), i, qwen_calibration.tie_bound) == "mismatch"
     other = next(t for t in range(qwen_target.n_vocab) if t not in (runner_up, base.tokens[i]))
-    wrong = {"tokens": [*base.tokens[:i], other], "verify": "batch"}
+    wrong = record([*base.tokens[:i], other])
     assert classify_divergence(baseline, wrong, i, qwen_calibration.tie_bound) == "mismatch"
 
 

@@ -26,6 +26,7 @@ from specli.bench.records import first_difference, replay_proposals
 from specli.errors import UsageError
 from specli.metrics import Counters
 from specli.profiles import Settings
+from specli.types import FinishReason
 
 if TYPE_CHECKING:
     from specli.runtime import Runtime
@@ -127,7 +128,7 @@ class Generated:
 
     tokens: list[int]
     text: str
-    finish_reason: str | None
+    finish_reason: FinishReason | None
     counters: Counters
     margins: list[tuple[int, float]] | None = None  # the baseline's runner-up and logit gap per token
     no_tokens: bool = False  # a peer that reports text only: nothing to compare token by token
@@ -158,7 +159,7 @@ def generate_llama_cpp(mode: Mode, s: Settings, rt: Runtime, tokens: list[int], 
                  n_accepted=run.n_accepted, t_prefill=run.prefill_s, t_first_token=run.prefill_s,
                  t_verify=run.decode_s, t_total=run.prefill_s + run.decode_s,
                  t_llama=run.prefill_s + run.decode_s)  # Python overhead: none (a C++ program)
-    finish = "length" if run.n_generated >= max_tokens else "stop"
+    finish: FinishReason = "length" if run.n_generated >= max_tokens else "stop"
     return Generated([], run.text, finish, c, no_tokens=True)
 
 
@@ -200,7 +201,7 @@ class LlamaCppPythonPeer:
         c.n_generated = len(out)
         replay_proposals(c, out, llm.proposals, name=self.name)
         self._cached = [*tokens, *out]
-        finish = "length" if len(out) >= max_tokens else "stop"
+        finish: FinishReason = "length" if len(out) >= max_tokens else "stop"
         return Generated(out, self.rt.target.detokenize(out), finish, c)
 
     def close(self) -> None:

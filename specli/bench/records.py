@@ -14,6 +14,7 @@ from specli.bench.modes import BASELINE, Mode
 from specli.errors import SpecliError
 from specli.metrics import Counters
 from specli.suites import Prompt
+from specli.types import FinishReason
 
 EXIT_LOSSLESS = 9
 
@@ -43,7 +44,7 @@ class Record:
     turn: int
     temperature: float
     verify: str
-    finish_reason: str | None
+    finish_reason: FinishReason | None
     counters: Counters
     tokens: list[int] | None  # None: a peer reporting text only
     text: str
@@ -109,7 +110,7 @@ class Divergence:
 
 def record_from_counters(
     c: Counters, *, mode: Mode, prompt: Prompt, prompt_index: int, repeat: int, turn: int,
-    tokens: Sequence[int] | None, text: str, finish_reason: str | None, temperature: float, verify: str = "batch",
+    tokens: Sequence[int] | None, text: str, finish_reason: FinishReason | None, temperature: float, verify: str = "batch",
     margins: Sequence[tuple[int, float]] | None = None,
 ) -> Record:
     return Record(
