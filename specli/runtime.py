@@ -101,7 +101,7 @@ class Runtime:
         """Earlier outputs of models with this target's vocabulary (opened once)."""
         if self._history is None:
             s = s or self.settings
-            self._history = HistoryStore.open(self.target.vocab.key(), max_tokens=s.history_max_tokens)
+            self._history = HistoryStore.open(self.target.vocab_key(), max_tokens=s.history_max_tokens)
             self.notes.extend(self._history.notes)
         return self._history
 

@@ -99,3 +99,17 @@ def test_model_info_record_matches_the_dict() -> None:
                        "add_bos", "has_chat_template", "kv_bytes_per_token"]
     assert d["context_length"] == info.context_length == 8192
     assert d["kv_bytes_per_token"] == info.kv_bytes_per_token > 0
+
+
+def test_vocab_key_is_shared_by_models_with_the_same_token_ids() -> None:
+    """The history store is keyed by a hash of the tokens' texts, taken during the file's
+    check: the Qwen2.5-Coder 0.5B and 1.5B share it, SmolLM2 does not."""
+    from specli.backend import read_model_file
+    from specli.gguf.format import TOKENS_KEY
+
+    digests = {}
+    for name in (QWEN_DRAFT, QWEN_TARGET, SMOL):
+        with read_model_file(model_file(name)) as f:
+            digests[name] = f.gguf.metadata[TOKENS_KEY].digest
+    assert digests[QWEN_DRAFT] == digests[QWEN_TARGET] != digests[SMOL]
+    assert all(d and len(d) == 16 for d in digests.values())

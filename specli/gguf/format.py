@@ -131,6 +131,7 @@ class GgufArray:
     elem_type: str
     length: int
     values: tuple[Any, ...] | None = None
+    digest: str | None = None  # the vocabulary's tokens only: a hash of their texts
 
 
 @dataclass(frozen=True)
