@@ -117,6 +117,15 @@ def _n_to_evict(lengths: np.ndarray, max_tokens: int) -> int:
     return len(lengths) - keep
 
 
+def _read_own(path: Path, vocab_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(document lengths, tokens) of the store file for `vocab_key`; DamagedStore if the
+    file is not one or was written for another vocabulary."""
+    key, lengths, tokens = read_store(path)
+    if key != vocab_key:
+        raise DamagedStore(f"written for vocabulary {key!r}")
+    return lengths, tokens
+
+
 def _split(lengths: np.ndarray, tokens: np.ndarray) -> list[np.ndarray]:
     return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
@@ -143,9 +152,7 @@ class HistoryStore:
         docs: list[np.ndarray] = []
         rewrite = False
         try:
-            key, lengths, tokens = read_store(path)
-            if key != vocab_key:
-                raise DamagedStore(f"written for vocabulary {key!r}")
+            lengths, tokens = _read_own(path, vocab_key)
             drop = _n_to_evict(lengths, max_tokens)
             docs = _split(lengths, tokens)[drop:]
         except FileNotFoundError:
@@ -188,9 +195,7 @@ class HistoryStore:
         old_lengths = np.zeros(0, dtype=np.int64)
         old_tokens = np.zeros(0, dtype=np.int32)
         try:
-            key, old_lengths, old_tokens = read_store(self.path)
-            if key != self.vocab_key:
-                raise DamagedStore(f"written for vocabulary {key!r}")
+            old_lengths, old_tokens = _read_own(self.path, self.vocab_key)
         except FileNotFoundError:
             pass
         except DamagedStore as err:

@@ -73,7 +73,7 @@ class Runtime:
         ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
         if s.drafter == "ngram":
             return ngram
-        suffix = self._suffix_drafter(s, history)
+        suffix = self._suffix_drafter(s, history, ngram)
         if s.drafter == "suffix":
             return suffix or ngram
         if s.drafter == "auto":
@@ -85,8 +85,9 @@ class Runtime:
             return HybridDrafter(self._draft_model_drafter(s), ngram)
         return self._draft_model_drafter(s)
 
-    def _suffix_drafter(self, s: Settings, history: SuffixIndex | None) -> SuffixDrafter | None:
-        """Drafts from earlier outputs, and records this run's; None with history off."""
+    def _suffix_drafter(self, s: Settings, history: SuffixIndex | None, ngram: NgramDrafter) -> SuffixDrafter | None:
+        """Drafts from earlier outputs beside `ngram` (the same index auto asks), and
+        records this run's; None with history off."""
         if not s.history:
             return None
         if history is None:
@@ -94,8 +95,7 @@ class Runtime:
             history, record = store.index, store.add
         else:
             record = history.add
-        return SuffixDrafter(history, NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog), record,
-                             s.ngram_min, s.ngram_max)
+        return SuffixDrafter(history, ngram, record, s.ngram_min, s.ngram_max)
 
     def history_store(self, s: Settings | None = None) -> HistoryStore:
         """Earlier outputs of models with this target's vocabulary (opened once)."""
@@ -107,13 +107,12 @@ class Runtime:
 
     def save_history(self) -> None:
         """Add this run's outputs to the history store on disk (a failure to write loses
-        them, nothing else: a note, not an error)."""
+        them, nothing else: the store says so in a note, not an error)."""
         if self._history is None:
             return
-        try:
-            self._history.save()
-        except OSError as e:
-            self.notes.append(f"could not save the generation history: {e.strerror or e}")
+        n_notes = len(self._history.notes)
+        self._history.save()
+        self.notes.extend(self._history.notes[n_notes:])
 
     def _draft_model_drafter(self, s: Settings) -> DraftModelDrafter:
         assert self.draft is not None

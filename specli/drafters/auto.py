@@ -32,7 +32,7 @@ class AutoDrafter:
         self.costs = costs
         self.draft = draft
         self.ngram = ngram
-        self.suffix = suffix  # earlier outputs (its own n-gram index is not used here)
+        self.suffix = suffix  # earlier outputs (its n-gram index is `ngram`, asked here directly)
         self.explore_every = explore_every
         self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5),
                            "suffix": AcceptanceStats(prior=0.5)}
