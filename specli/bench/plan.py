@@ -19,10 +19,18 @@ from specli.bench.modes import (
     parse_sweep,
     sweep_modes,
 )
-from specli.bench.prompts import load_prompt_file, select_prompts, split_list, suite_prompts
+from specli.bench.prompts import load_prompt_file, select_prompts, split_list, split_warm, suite_prompts
 from specli.errors import ProfileError, UsageError
 from specli.profiles import Settings
 from specli.suites import Prompt
+
+WARM_HISTORY_CHOICES = ("split", "others")
+WARM_HISTORY_HELP = (
+    "Before measuring, every mode that drafts from history (suffix; auto with history on) generates "
+    "warm-up prompts, unrecorded, into its in-run history: split = each category's first half warms, "
+    "the second half is measured (held apart); others = the --categories named are measured, the other "
+    "categories of the prompt set warm (at most --limit each). Never touches the user's history store."
+)
 
 
 @dataclass
@@ -46,6 +54,7 @@ class BenchOptions:
     categories: str | None = None
     turns: str = "first"
     warmup: bool = True
+    warm_history: str | None = None  # split | others: warm-up prompts fill the modes' in-run history
     progress: bool = True
     recalibrate: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # target, draft, ctx, threads, ...
@@ -68,6 +77,7 @@ class Plan:
     base: Settings  # the profile with the command-line overrides
     runtime: Settings  # what open_runtime loads
     peers: list[Mode] = field(default_factory=list)
+    warm_prompts: list[Prompt] = field(default_factory=list)  # generated before measuring, never recorded
 
     @property
     def peer(self) -> Mode | None:
@@ -79,8 +89,22 @@ class Plan:
         turns = sum(len(self.turns_of(p)) for p in self.prompts)
         return turns * self.opts.repeat * len(self.modes)
 
+    @property
+    def warm_modes(self) -> list[Mode]:
+        """The modes that generate the warm prompts: those drafting from history."""
+        return [m for m in self.modes if not m.peer and reads_history(self.settings[m.name])] if self.warm_prompts else []
+
+    @property
+    def n_warm_generations(self) -> int:
+        return sum(len(self.turns_of(p)) for p in self.warm_prompts) * len(self.warm_modes)
+
     def turns_of(self, p: Prompt) -> tuple[str, ...]:
         return p.turns if self.opts.turns == "all" else p.turns[:1]
+
+
+def reads_history(s: Settings) -> bool:
+    """Whether a mode with settings `s` drafts from earlier outputs (runtime.drafter's rule)."""
+    return s.history and s.draft_max > 0 and s.drafter in ("suffix", "auto")
 
 
 def _resolve(profile: str | None, overrides: dict[str, Any], mode: Mode | None = None) -> Settings:
@@ -106,7 +130,11 @@ def plan_bench(opts: BenchOptions) -> Plan:
         prompts += load_prompt_file(opts.prompts)
     if opts.suite is not None or opts.prompts is None:
         prompts += suite_prompts(opts.suite or "all")
-    prompts = select_prompts(prompts, split_list(opts.categories), opts.limit)
+    warm: list[Prompt] = []
+    if opts.warm_history is not None:
+        warm, prompts = split_warm(prompts, opts.warm_history, split_list(opts.categories), opts.limit)
+    else:
+        prompts = select_prompts(prompts, split_list(opts.categories), opts.limit)
     if not prompts:
         raise UsageError("no prompts to run")
 
@@ -127,5 +155,9 @@ def plan_bench(opts: BenchOptions) -> Plan:
         modes.append(peer)
     need_draft = any(profiles.needs_draft_model(s) for s in settings.values())
     runtime = _resolve(opts.profile, {**base_over, "drafter": "draft" if need_draft else "none"})
-    return Plan(opts, prompts, modes, settings, base, runtime, peers)
+    plan = Plan(opts, prompts, modes, settings, base, runtime, peers, warm)
+    if opts.warm_history is not None and not plan.warm_modes:
+        raise UsageError(f"--warm-history {opts.warm_history}: no mode drafts from history",
+                         "add a suffix mode, or auto with history on")
+    return plan
 

@@ -137,3 +137,31 @@ def select_prompts(prompts: Sequence[Prompt], categories: Sequence[str] = (), li
                 out.append(items[i])
     return out
 
+
+
+def split_warm(prompts: Sequence[Prompt], how: str, categories: Sequence[str] = (),
+               limit: int | None = None) -> tuple[list[Prompt], list[Prompt]]:
+    """(warm, measured) prompts for `--warm-history HOW`; `prompts` is the whole loaded
+    set. `split`: the selection (categories, limit) halved per category in file order,
+    the first half (n // 2) warm, the rest measured. `others`: the selection measured,
+    warm on at most `limit` prompts of each category not named (none named: refused)."""
+    if how == "split":
+        pool = select_prompts(prompts, categories, limit)
+        by_cat: dict[str, list[Prompt]] = {}
+        for p in pool:
+            by_cat.setdefault(p.category, []).append(p)
+        small = next((c for c, items in by_cat.items() if len(items) < 2), None)
+        if small is not None:
+            raise UsageError(f"--warm-history split: category {small!r} has 1 prompt, a split needs 2 or more",
+                             "raise --limit, or leave that category out with --categories")
+        warm_ids = {id(p) for items in by_cat.values() for p in items[: len(items) // 2]}
+        return [p for p in pool if id(p) in warm_ids], [p for p in pool if id(p) not in warm_ids]
+    if how == "others":
+        if not categories:
+            raise UsageError("--warm-history others needs --categories: those are measured, the rest warm the history")
+        measured = select_prompts(prompts, categories, limit)
+        rest = [p for p in prompts if p.category not in set(categories)]
+        if not rest:
+            raise UsageError("--warm-history others: no other category to warm from", "name fewer --categories")
+        return select_prompts(rest, (), limit), measured
+    raise UsageError(f"--warm-history must be split or others, got {how!r}")

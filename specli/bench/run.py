@@ -1,5 +1,6 @@
-"""Running a bench plan: load the models once, warm up, then run every generation
-(interleaved per prompt and repeat) and record it as it finishes."""
+"""Running a bench plan: load the models once, warm up, warm the modes' histories on
+the warm prompts (--warm-history, unrecorded), then run every generation (interleaved
+per prompt and repeat) and record it as it finishes."""
 
 from __future__ import annotations
 
@@ -53,6 +54,24 @@ class BenchResult:
     seconds: float = 0.0
     # the target's batching noise on this build: exact_batch, max_logit_diff, tie_bound
     numerics: dict[str, Any] = field(default_factory=dict)
+    warm_generations: int = 0  # warm-prompt generations finished (--warm-history)
+
+
+def warm_json(result: BenchResult) -> dict[str, Any] | None:
+    """The JSON's `warm_history`: which prompts warmed which modes' histories before
+    measuring (None without --warm-history)."""
+    plan = result.plan
+    if plan.opts.warm_history is None:
+        return None
+    return {
+        "how": plan.opts.warm_history,
+        "modes": [m.name for m in plan.warm_modes],
+        "n_prompts": len(plan.warm_prompts),
+        "prompt_ids": [p.id for p in plan.warm_prompts],
+        "categories": list(dict.fromkeys(p.category for p in plan.warm_prompts)),
+        "generations": plan.n_warm_generations,
+        "generations_run": result.warm_generations,
+    }
 
 
 def machine_info() -> dict[str, Any]:
@@ -134,6 +153,19 @@ class _Runner:
             ))
             history += [{"role": "user", "content": user}, {"role": "assistant", "content": g.text}]
 
+    def warm_history(self, update: Callable[..., None], on_done: Callable[[Record], None]) -> None:
+        """Every warm prompt through every history-reading mode, by the measured path
+        (same settings and length), so each mode's in-run history holds the outputs;
+        their records go to `on_done` only, never to the results."""
+        warm = self.plan.warm_prompts
+        for i, prompt in enumerate(warm):
+            for m in self.plan.warm_modes:
+                def before(turn: int, m: Mode = m, prompt: Prompt = prompt, i: int = i) -> None:
+                    t = f" turn {turn + 1}" if self.plan.opts.turns == "all" else ""
+                    update(f"warm-up {i + 1}/{len(warm)} {prompt.id}{t} · {m.name}")
+
+                self.conversation(m, prompt, i, 0, on_done, before)
+
     def warmup(self) -> None:
         """One short generation, not recorded: the mode that loads the most (the draft
         model if any mode uses it), then the peer's own model if there is one."""
@@ -190,10 +222,17 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
         runner = _Runner(plan, rt, peer, verifier)
         if any(m.drafter == LLAMA_CPP for m in plan.peers):
             peers.llama_cpp_bin()  # missing programs: say how to build them before measuring anything
-        with _progress(progress_console, plan.n_generations, plan.opts.progress) as update:
+        total = plan.n_generations + plan.n_warm_generations
+        with _progress(progress_console, total, plan.opts.progress) as update:
             if plan.opts.warmup:
                 update("warm-up")
                 runner.warmup()
+
+            def warmed(rec: Record) -> None:  # not recorded: only counted
+                result.warm_generations += 1
+                update(advance=1)
+
+            runner.warm_history(update, warmed)
             n = len(plan.prompts)
             for i, prompt in enumerate(plan.prompts):
                 for r in range(plan.opts.repeat):
