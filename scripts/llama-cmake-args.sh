@@ -8,11 +8,17 @@
 # batches much faster. It sums in another order than the one-token path, so batch rows
 # can differ from one-token rows in the last bits; `verify: exact` measures per model
 # which chunk size is still bit-exact (see specli/backend/system.py).
+# GGML_RPC is always on (a user's CMAKE_ARGS may turn it off): the RPC client and
+# server are one small library, so one wheel serves `--rpc` and `specli rpc-server`.
 set -euo pipefail
 if [ -n "${CMAKE_ARGS:-}" ]; then
-  echo "$CMAKE_ARGS"
+  case "$CMAKE_ARGS" in
+    *GGML_RPC=*) echo "$CMAKE_ARGS" ;;
+    *) echo "$CMAKE_ARGS -DGGML_RPC=ON" ;;
+  esac
   exit 0
 fi
+rpc="-DGGML_RPC=ON"
 if [ "$(uname -s)" = Linux ] && [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo ]; then
   flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
   has() { [[ "$flags" == *" $1 "* ]]; }
@@ -30,7 +36,7 @@ if [ "$(uname -s)" = Linux ] && [ "$(uname -m)" = x86_64 ] && [ -r /proc/cpuinfo
     has avx512_vnni && args+=" -DGGML_AVX512_VNNI=ON"
     has avx512_bf16 && args+=" -DGGML_AVX512_BF16=ON"
   fi
-  echo "$args -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  echo "$args -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF $rpc"
 else
-  echo ""
+  echo "$rpc"
 fi

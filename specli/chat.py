@@ -37,6 +37,9 @@ class Turn:
     finish_reason: FinishReason | None
 
 
+LOST = "the RPC server is gone: start it again, then type /reset to reconnect (the conversation is cleared)"
+
+
 @dataclass
 class ChatSession:
     rt: Runtime
@@ -89,10 +92,13 @@ class ChatSession:
         elif name == "reset":
             self.turns.clear()
             self.n_dropped = 0
-            self.rt.target.reset()
-            if self.rt.draft is not None:
-                self.rt.draft.reset()
-            self.console.print("conversation and caches cleared")
+            if self.rt.lost:
+                self.reconnect()
+            else:
+                self.rt.target.reset()
+                if self.rt.draft is not None:
+                    self.rt.draft.reset()
+                self.console.print("conversation and caches cleared")
         elif name == "system":
             self.system = arg or None
             self.console.print(f"system prompt {'set' if arg else 'removed'}")
@@ -161,7 +167,19 @@ class ChatSession:
                                f"({self.n_dropped} so far)[/]")
         return tokens
 
-    def reply(self, user: str) -> Turn:
+    def reconnect(self) -> None:
+        """Load the models again after an RPC server was lost."""
+        try:
+            self.rt = self.rt.reopen()
+        except SpecliError as e:
+            self.console.print(f"[red]{e.one_line()}[/]")
+            return
+        self.console.print("reconnected: models loaded again, conversation cleared")
+
+    def reply(self, user: str) -> Turn | None:
+        if self.rt.lost:
+            self.console.print(f"[red]{LOST}[/]")
+            return None
         s = self.settings
         tokens = self.prompt_tokens(user)
         events = generate(self.rt.target, tokens, self.rt.generation_config(s), self.rt.drafter(s))
@@ -181,6 +199,8 @@ class ChatSession:
         except SpecliError as e:
             reply.finish_reason = "error"
             self.console.print(f"\n[red]{e.one_line()}[/]")
+            if self.rt.lost:
+                self.console.print(f"[yellow]{LOST}[/]")
         turn = Turn(user, reply.text, reply.counters, reply.finish_reason)
         self.turns.append(turn)
         self.session = metrics.merge(self.session, reply.counters)

@@ -60,7 +60,8 @@ def stats_table(c: metrics.Counters, rolling_tps: float | None = None) -> Table:
     t.add_row("speed", tps)
     t.add_row("tokens", f"{c.n_generated} generated, prompt {c.n_prompt} ({c.n_prompt_reused} reused from cache)")
     t.add_row("acceptance", f"{metrics.acceptance_rate(c):.1%} ({c.n_accepted}/{c.n_drafted} drafted)")
-    t.add_row("tokens/forward", f"{metrics.mean_accepted_length(c):.2f} over {c.n_target_forwards} target forwards")
+    t.add_row("tokens/forward", f"{metrics.mean_accepted_length(c):.2f} over {c.n_target_forwards} target forwards "
+                                f"({metrics.ms_per_forward(c):.0f} ms each, {metrics.mean_draft_length(c):.1f} drafted)")
     for i, a in enumerate(metrics.acceptance_by_position(c)):
         t.add_row(f"  pos {i + 1}", f"{bar(a)} {a:.0%}")
     split = metrics.time_split(c)

@@ -57,6 +57,15 @@ class BackendError(SpecliError):
     exit_code = 8
 
 
+EXIT_RPC = 10
+
+
+class RpcError(SpecliError):
+    """An RPC server cannot be reached, speaks another protocol version, or was lost."""
+
+    exit_code = EXIT_RPC
+
+
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 

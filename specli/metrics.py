@@ -67,6 +67,17 @@ def mean_accepted_length(c: Counters) -> float:
     return _ratio(c.n_step_tokens, c.n_target_forwards)
 
 
+def mean_draft_length(c: Counters) -> float:
+    """Tokens drafted per target forward: the draft length the drafter chose."""
+    return _ratio(c.n_drafted, c.n_target_forwards)
+
+
+def ms_per_forward(c: Counters) -> float:
+    """Wall time of one target forward (verify batch) in ms: over RPC, the network's
+    round trips are in it (llama.cpp does not report them apart)."""
+    return 1000 * _ratio(c.t_verify, c.n_target_forwards)
+
+
 def acceptance_by_position(c: Counters) -> list[float]:
     """P(draft token i accepted | drafted at position i), i = 0..k-1."""
     return [_ratio(a, d) for a, d in zip(c.accepted_by_pos, c.drafted_by_pos)]
@@ -103,6 +114,8 @@ def summary(c: Counters) -> dict[str, object]:
         "n_accepted": c.n_accepted,
         "acceptance_rate": acceptance_rate(c),
         "mean_accepted_length": mean_accepted_length(c),
+        "mean_draft_length": mean_draft_length(c),
+        "ms_per_target_forward": ms_per_forward(c),
         "acceptance_by_position": acceptance_by_position(c),
         "drafter_steps": dict(c.drafter_steps),
         "tokens_per_second": tokens_per_second(c),

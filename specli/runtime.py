@@ -18,6 +18,7 @@ from specli.backend import (
     available_memory,
     build_id,
     read_model_file,
+    reconnect_rpc,
     supports_gpu_offload,
 )
 from specli.calibration import Calibration
@@ -42,6 +43,8 @@ def load_options(s: Settings, for_draft: bool) -> LoadOptions:
         flash_attn=s.flash_attn,
         kv_type=s.kv_type,
         exact_verify=s.verify == "exact" and not for_draft,
+        rpc=(s.draft_rpc if for_draft else s.rpc) or (),
+        rpc_timeout=s.rpc_timeout,
     )
 
 
@@ -63,6 +66,17 @@ class Runtime:
         if self.draft is not None:
             self.draft.close()
         self.target.close()
+
+    @property
+    def lost(self) -> bool:
+        """An RPC server of a model was lost: the runtime cannot generate any more."""
+        return self.target.lost or (self.draft is not None and self.draft.lost)
+
+    def reopen(self) -> Runtime:
+        """The same settings loaded again, after an RPC server was lost and is back."""
+        self.close()
+        reconnect_rpc()
+        return open_runtime(self.settings)
 
     def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None) -> Drafter | None:
         """The drafter for settings `s` (default: the runtime's own). Suffix and auto
@@ -129,8 +143,12 @@ class Runtime:
         s = self.settings
         parts = [self.target.path.name, str(self.target.size_bytes), build_id(), f"ngl{s.n_gpu_layers}",
                  f"t{s.threads or 'auto'}", s.kv_type, s.flash_attn, s.verify]
+        if s.rpc:  # the network is part of every cost
+            parts += ["rpc=" + ",".join(s.rpc), f"split{s.tensor_split or ''}"]
         if self.draft is not None:
             parts += [self.draft.path.name, str(self.draft.size_bytes), f"dngl{s.draft_n_gpu_layers}"]
+            if s.draft_rpc:
+                parts += ["drpc=" + ",".join(s.draft_rpc)]
         return "|".join(parts)
 
     def calibration(self) -> Calibration:
@@ -184,13 +202,13 @@ CALIBRATION_CONTEXT = 128
 KV_BYTES = {"auto": 1.0, "f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
 
 
-def fit_context(s: Settings, model: ModelFile | Path, notes: list[str]) -> int:
+def fit_context(s: Settings, model: ModelFile | Path, notes: list[str], remote: bool = False) -> int:
     """The context to ask for: the setting, capped at what the model was trained for,
-    refused early when model + KV cache cannot fit in free memory (CPU only). `model`
-    is a file already read, or the path of one to read."""
+    refused early when model + KV cache cannot fit in free memory (CPU only; not for a
+    model on RPC servers). `model` is a file already read, or the path of one to read."""
     if not isinstance(model, ModelFile):
         with read_model_file(model) as f:
-            return fit_context(s, f, notes)
+            return fit_context(s, f, notes, remote)
     path, info = model.path, model.info
     n_ctx = s.ctx
     trained = info.context_length
@@ -198,7 +216,7 @@ def fit_context(s: Settings, model: ModelFile | Path, notes: list[str]) -> int:
         notes.append(f"{path.name} was trained for {trained} tokens of context: using {trained}, not {n_ctx}")
         n_ctx = trained
     avail = available_memory()
-    if avail is not None and not supports_gpu_offload():
+    if avail is not None and not remote and not supports_gpu_offload():
         need = path.stat().st_size + int(info.kv_bytes_per_token * KV_BYTES[s.kv_type]) * n_ctx
         if need > avail:
             raise ModelError(
@@ -222,11 +240,11 @@ def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
             same = draft_path.resolve() == target_path.resolve()
             draft_file = target_file if same else files.enter_context(read_model_file(draft_path))
         n_common = check_pair(target_file.vocab, draft_file.vocab) if draft_file else 0
-        target_opts = replace(load_options(s, for_draft=False), n_ctx=fit_context(s, target_file, notes))
+        target_opts = replace(load_options(s, for_draft=False), n_ctx=fit_context(s, target_file, notes, bool(s.rpc)))
         draft_opts = None
         if draft_file is not None:
             # the draft never needs more context than the target; with less it stops drafting
-            draft_ctx = min(fit_context(s, draft_file, notes), target_opts.n_ctx)
+            draft_ctx = min(fit_context(s, draft_file, notes, bool(s.draft_rpc)), target_opts.n_ctx)
             draft_opts = replace(load_options(s, for_draft=True), n_ctx=draft_ctx)
     target = Model(target_file, target_opts)
     draft = None

@@ -3,13 +3,15 @@
 system: the library itself (log, init, build, load options and kernels); loader: files
 into llama.cpp (check, load, metadata, requantize); vocab: tokenizers; info: a model
 file's metadata, read once before its weights; model: a loaded model (decode, rollback,
-chat template); peer: llama-cpp-python's own generator, the bench's peer.
+chat template); peer: llama-cpp-python's own generator, the bench's peer; rpc: RPC
+servers as devices, serving one, and surviving a lost one.
 """
 
 from specli.backend.info import ModelFile, ModelInfo, available_memory, read_model_file, read_model_info
 from specli.backend.loader import check_gguf_header, quantize_model
 from specli.backend.model import Model
 from specli.backend.peer import LlamaCppPythonPeer, open_llama_cpp_python_peer
+from specli.backend.rpc import reconnect as reconnect_rpc
 from specli.backend.system import (
     FLASH_ATTN,
     KV_TYPES,
@@ -45,6 +47,7 @@ __all__ = [
     "read_model_file",
     "read_model_info",
     "read_vocab",
+    "reconnect_rpc",
     "resolved_kernels",
     "supports_gpu_offload",
     "system_info",

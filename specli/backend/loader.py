@@ -9,6 +9,7 @@ from typing import Any
 
 import llama_cpp
 
+from specli.backend import rpc
 from specli.backend.system import LoadOptions, default_threads, init_backend, last_log_error
 from specli.errors import ModelError
 from specli.gguf import GGUF_MAGIC, SUPPORTED_VERSIONS, GgufSummary, validate_gguf
@@ -37,19 +38,32 @@ def check_gguf_header(path: Path) -> GgufSummary:
     return validate_gguf(path)
 
 
-def _model_params(opts: LoadOptions, vocab_only: bool = False) -> tuple[Any, Any]:
+def _model_params(opts: LoadOptions, vocab_only: bool = False) -> tuple[Any, list[Any]]:
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = opts.n_gpu_layers if opts.n_gpu_layers >= 0 else 999
     params.main_gpu = opts.main_gpu
     params.vocab_only = vocab_only
     params.use_extra_bufts = opts.repack
-    keep_alive = None
+    keep_alive: list[Any] = []
     if opts.tensor_split:
         n_dev = llama_cpp.llama_max_devices()
         arr = (ctypes.c_float * n_dev)(*opts.tensor_split[:n_dev])
         params.tensor_split = arr
-        keep_alive = arr
+        keep_alive.append(arr)
+    if opts.rpc and not vocab_only:
+        # this machine's GPUs, then the servers' devices, as llama.cpp's --rpc orders them;
+        # a model without `rpc` gets the default (local devices only: servers are never
+        # registered globally, so a local draft stays local)
+        devs = rpc.local_gpus() + rpc.devices(opts.rpc, opts.rpc_timeout)
+        arr_devs = (ctypes.c_void_p * (len(devs) + 1))(*devs, None)
+        params.devices = ctypes.cast(arr_devs, ctypes.c_void_p).value
+        keep_alive.append(arr_devs)
     return params, keep_alive
+
+
+def rpc_load_seconds(path: Path, opts: LoadOptions) -> float:
+    """The bound on loading over RPC: the weights at 5 MB/s or more, plus one call's."""
+    return opts.rpc_timeout + path.stat().st_size / 5e6
 
 
 def load_model_ptr(path: Path, opts: LoadOptions, vocab_only: bool = False) -> Any:
@@ -57,7 +71,12 @@ def load_model_ptr(path: Path, opts: LoadOptions, vocab_only: bool = False) -> A
     free it with llama_model_free."""
     init_backend()
     params, _keep = _model_params(opts, vocab_only)
-    ptr = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    path_bytes = str(path).encode("utf-8")
+    if opts.rpc and not vocab_only:
+        ptr = rpc.call(lambda: llama_cpp.llama_model_load_from_file(path_bytes, params),
+                       f"loading {path.name} onto {','.join(opts.rpc)}", rpc_load_seconds(path, opts))
+    else:
+        ptr = llama_cpp.llama_model_load_from_file(path_bytes, params)
     if not ptr:
         detail = last_log_error()
         raise ModelError(

@@ -12,12 +12,14 @@ import contextlib
 import ctypes
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import llama_cpp
 import numpy as np
 
+from specli.backend import rpc
 from specli.backend.info import ModelFile
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
 from specli.backend.system import (
@@ -29,9 +31,10 @@ from specli.backend.system import (
     resolved_kernels,
 )
 from specli.backend.vocab import StreamDetokenizer, Vocab
-from specli.errors import BackendError, ContextError, ModelError
+from specli.errors import BackendError, ContextError, ModelError, RpcError
 from specli.gguf.format import TOKENS_KEY, GgufArray
 
+T = TypeVar("T")
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
@@ -46,6 +49,8 @@ class Model:
         self._model = None
         self._ctx = None
         self._batch = None
+        self.remote = bool(self.opts.rpc)  # layers on RPC servers: calls are bounded (rpc.call)
+        self.lost = False  # a server was lost: the model is dropped, never freed
         gguf = source.gguf if isinstance(source, ModelFile) else check_gguf_header(self.path)
         tokens = gguf.metadata.get(TOKENS_KEY)
         # equal for models that share token ids; read with the file's check, no extra pass
@@ -76,7 +81,7 @@ class Model:
         cparams.type_k = KV_TYPES[kv]
         cparams.type_v = KV_TYPES[kv]
         cparams.no_perf = True
-        self._ctx = llama_cpp.llama_init_from_model(self._model, cparams)
+        self._ctx = self._llama(lambda: llama_cpp.llama_init_from_model(self._model, cparams), "creating a context")
         if not self._ctx:
             detail = last_log_error()
             self.close()
@@ -97,7 +102,21 @@ class Model:
         self._dirty = False  # a decode was interrupted before self.tokens was updated
 
     # -- lifecycle ---------------------------------------------------------------
+    def _llama(self, fn: Callable[[], T], what: str) -> T:
+        """A llama.cpp call on this model: bounded in a worker thread when its layers are
+        on RPC servers (a lost server raises RpcError instead of aborting the process)."""
+        if not self.remote:
+            return fn()
+        try:
+            return rpc.call(fn, f"{self.path.name} on {','.join(self.opts.rpc)}: {what}", self.opts.rpc_timeout)
+        except RpcError:
+            self.lost = True
+            raise
+
     def close(self) -> None:
+        if self.lost:  # freeing would send to the lost server and wait for ever
+            self._batch = self._ctx = self._model = None
+            return
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -131,6 +150,9 @@ class Model:
             )
         if n_keep == self.n_past and not self._dirty:
             return
+        if self.lost:  # a call is still parked inside llama.cpp on this context: leave it be
+            del self.tokens[n_keep:]
+            return
         if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
             raise BackendError(
                 f"llama.cpp could not remove cache positions >= {n_keep} "
@@ -140,7 +162,7 @@ class Model:
         self._dirty = False
 
     def reset(self) -> None:
-        llama_cpp.llama_memory_clear(self._mem, True)
+        self._llama(lambda: llama_cpp.llama_memory_clear(self._mem, True), "clearing the cache")
         self.tokens.clear()
 
     def cache_pos_max(self) -> int:
@@ -197,7 +219,8 @@ class Model:
         b.n_tokens = n
         self._dirty = True
         t0 = time.perf_counter()
-        rc = llama_cpp.llama_decode(self._ctx, b)
+        rc = self._llama(lambda: self._decode_synced(b), f"decoding {n} tokens") if self.remote else \
+            llama_cpp.llama_decode(self._ctx, b)
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
             llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
@@ -206,6 +229,13 @@ class Model:
             raise BackendError(f"llama_decode failed: {reasons.get(rc, f'error {rc}')}")
         self.tokens.extend(int(t) for t in tokens)
         self._dirty = False
+
+    def _decode_synced(self, b: Any) -> int:
+        """Decode and wait for the result: the logits are on this machine when it returns."""
+        rc = int(llama_cpp.llama_decode(self._ctx, b))
+        if rc == 0:
+            llama_cpp.llama_synchronize(self._ctx)
+        return rc
 
     def _rows_view(self, rows: Sequence[int]) -> np.ndarray:
         ptrs = [llama_cpp.llama_get_logits_ith(self._ctx, r) for r in rows]

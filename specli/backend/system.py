@@ -57,8 +57,11 @@ def last_log_error() -> str:
 
 
 def supports_gpu_offload() -> bool:
-    init_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """A GPU on this machine. (llama.cpp's llama_supports_gpu_offload also says yes
+    for any build with the RPC backend.)"""
+    from specli.backend.rpc import has_local_gpu
+
+    return has_local_gpu()
 
 
 def system_info() -> str:
@@ -92,10 +95,13 @@ class LoadOptions:
     kv_type: str = "auto"  # see resolved_kernels
     exact_verify: bool = False  # kernels for which verify batches can equal one-token decoding
     repack: bool = True  # llama.cpp's repacked CPU weight layouts (faster batches)
+    rpc: tuple[str, ...] = ()  # RPC servers (host:port) that offloaded layers go to
+    rpc_timeout: float = 120.0  # longest wait for one llama.cpp call that talks to them
 
 
 def on_cpu(opts: LoadOptions) -> bool:
-    return opts.n_gpu_layers == 0 or not supports_gpu_offload()
+    """Whether the model's layers run on this machine's CPU."""
+    return opts.n_gpu_layers == 0 or not (opts.rpc or supports_gpu_offload())
 
 
 def resolved_kernels(opts: LoadOptions) -> tuple[str, str]:

@@ -252,6 +252,8 @@ class Row:
     near_ties: int
     identical: int
     compared: int
+    mean_draft_length: float | None = None  # tokens drafted per target forward
+    ms_per_forward: float | None = None  # one target forward's wall time (network included over RPC)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -288,6 +290,8 @@ def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
         _ratio(max(0.0, t_total - sum(c.t_llama for c in cs)), t_total),
         verdicts.count("mismatch"), verdicts.count("near-tie"), verdicts.count("match"),
         sum(1 for v in verdicts if v in COMPARED),
+        mean_draft_length=_ratio(n_drafted, sum(c.n_target_forwards for c in cs)),
+        ms_per_forward=_ratio(1000 * sum(c.t_verify for c in cs), sum(c.n_target_forwards for c in cs)),
     )
 
 

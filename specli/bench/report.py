@@ -16,7 +16,7 @@ from rich.text import Text
 from specli import profiles
 from specli.bench.prompts import split_list
 from specli.bench.records import COMPARED, Divergence, Record, Row
-from specli.bench.run import BenchResult
+from specli.bench.run import BenchResult, warm_json
 
 SCHEMA_VERSION = 1
 
@@ -31,6 +31,8 @@ acc@pos     acceptance by position: P(draft token i accepted | it was drafted), 
 TTFT        time to first token (prefill and first sample), median over the row.
 split       share of wall time in prefill / drafting / verifying (target forward passes) / other.
 overhead    python overhead = share of wall time spent outside llama.cpp decode calls.
+ms/forward  wall time of one target forward (verify batch), pooled; over RPC the network is in it.
+drafted/forward  tokens drafted per target forward (the draft length chosen), pooled.
 lossless    at temperature 0 every mode's token ids must equal the baseline's for the same
             prompt, repeat and turn; a mismatch is reported with the first differing position
             and makes the command exit with code 9. At temperature > 0 the check is skipped.
@@ -80,11 +82,13 @@ def _split(row: Row) -> str:
     return "/".join(f"{s[k] * 100:.0f}" for k in ("prefill", "draft", "verify", "other"))
 
 
-DETAIL_COLUMNS = ("mode", "acc@pos 1..", "split % prefill/draft/verify/other", "overhead")
+DETAIL_COLUMNS = ("mode", "acc@pos 1..", "split % prefill/draft/verify/other", "overhead", "ms/forward",
+                  "drafted/forward")
 
 
 def detail_cells(row: Row) -> list[str]:
-    return [row.mode, _positions(row), _split(row), _f(row.python_overhead_fraction, ".0%")]
+    return [row.mode, _positions(row), _split(row), _f(row.python_overhead_fraction, ".0%"),
+            _f(row.ms_per_forward, ".0f"), _f(row.mean_draft_length, ".1f")]
 
 
 def table_rows(rows: Sequence[Row]) -> list[Row]:
@@ -193,6 +197,7 @@ def document(result: BenchResult, rows: Sequence[Row], divergences: Sequence[Div
             "modes": [m.name for m in plan.modes], "max_tokens": plan.base.max_tokens, "repeat": o.repeat,
             "temperature": plan.base.temperature, "sweep": o.sweep, "peer": o.peer, "limit": o.limit,
             "categories": split_list(o.categories) or None, "turns": o.turns, "warmup": o.warmup,
+            "warm_history": o.warm_history,
             "overrides": {k: v for k, v in o.overrides.items() if v is not None},
         },
         "definitions": DEFINITIONS,
@@ -204,6 +209,7 @@ def document(result: BenchResult, rows: Sequence[Row], divergences: Sequence[Div
             for m in plan.modes
         ],
         "machine": result.machine,
+        "warm_history": warm_json(result),
         "prompts": [
             {"index": i, "id": p.id, "category": p.category, "n_turns": len(plan.turns_of(p)), "source": p.source}
             for i, p in enumerate(plan.prompts)
@@ -233,6 +239,10 @@ def report(result: BenchResult, rows: Sequence[Row], divergences: Sequence[Diver
         console.print("[yellow]no generation finished: nothing to report[/]")
         return
     console.print(summary_table(rows))
+    if plan.warm_prompts:
+        console.print(Text(f"history warmed ({plan.opts.warm_history}) before measuring: {result.warm_generations} "
+                           f"unrecorded generations of {len(plan.warm_prompts)} prompts by "
+                           + ", ".join(m.name for m in plan.warm_modes)))
     console.print(detail_table(rows))
     chart = bar_chart(rows)
     if chart:

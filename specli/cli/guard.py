@@ -39,6 +39,17 @@ def _note_warning(message: Warning | str, category: type[Warning], filename: str
     print_notes([str(message)])
 
 
+def _leave_if_rpc_lost(code: int) -> None:
+    """After an RPC server was lost, llama.cpp threads are parked for good: end the
+    process here (output flushed) rather than let interpreter shutdown wait on them."""
+    rpc = sys.modules.get("specli.backend.rpc")
+    if rpc is not None and rpc.ever_lost():
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
 def guarded(command: Callable[P, T]) -> Callable[P, T]:
     """Decorate a command: SpecliError -> one line + its exit code; Ctrl-C -> 130,
     SIGTERM -> 143; a closed stdout -> quiet exit; anything else -> one line (or the
@@ -46,6 +57,15 @@ def guarded(command: Callable[P, T]) -> Callable[P, T]:
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return _run(*args, **kwargs)
+        except typer.Exit as e:
+            _leave_if_rpc_lost(e.exit_code)
+            raise
+        finally:
+            _leave_if_rpc_lost(0)
+
+    def _run(*args: P.args, **kwargs: P.kwargs) -> T:
         with contextlib.suppress(ValueError):  # not in the main thread
             signal.signal(signal.SIGTERM, _on_sigterm)
         debug = bool(os.environ.get("SPECLI_DEBUG"))

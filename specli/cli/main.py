@@ -28,7 +28,7 @@ from specli.cli.options import (
     RecalibrateOpt,
     with_settings,
 )
-from specli.errors import UsageError
+from specli.errors import SpecliError, UsageError
 from specli.profiles import Settings
 from specli.types import FinishReason
 
@@ -240,6 +240,10 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
         reply.finish_reason = "interrupted"
         end()  # what was generated is not lost
         raise
+    except SpecliError:  # e.g. an RPC server lost mid-generation: the text so far first
+        reply.finish_reason = "error"
+        end()
+        raise
     finally:
         rt.close()
     end()
@@ -269,13 +273,13 @@ def chat(
 
     rt = open_runtime(profiles.resolve_settings(profile, overrides), recalibrate=recalibrate)
     print_notes(rt.notes)
+    console = Console()
+    session = ChatSession(rt, console, profile=profile, overrides=dict(overrides),
+                          live=dashboard and console.is_terminal, color_draft=color_draft)
     try:
-        console = Console()
-        session = ChatSession(rt, console, profile=profile, overrides=dict(overrides),
-                              live=dashboard and console.is_terminal, color_draft=color_draft)
         session.run(line_reader())
     finally:
-        rt.close()
+        session.rt.close()  # the session's runtime: reloaded after a lost RPC server
 
 
 @app.command(help="Measure drafting modes against plain decoding on a prompt set, checking that "
@@ -311,6 +315,7 @@ def bench(
     categories: Annotated[str | None, typer.Option(help="Only these categories (comma-separated).")] = None,
     turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache.")] = "first",
     warmup: Annotated[bool, typer.Option(help="One unrecorded warm-up generation first.")] = True,
+    warm_history: Annotated[str | None, typer.Option(help=bench_module.WARM_HISTORY_HELP)] = None,
     recalibrate: RecalibrateOpt = False,
     *,
     overrides: dict[str, Any],
@@ -319,7 +324,8 @@ def bench(
         profile=profile, prompts=prompts, suite=suite, modes=modes, max_tokens=overrides.pop("max_tokens", None),
         repeat=repeat, temperature=overrides.pop("temperature", None), json_out=json_out, csv_out=csv_out,
         markdown_out=markdown_out, sweep=sweep, write_profile=write_profile, peer=peer, limit=limit,
-        categories=categories, turns=turns, warmup=warmup, overrides=overrides, recalibrate=recalibrate,
+        categories=categories, turns=turns, warmup=warmup, warm_history=warm_history, overrides=overrides,
+        recalibrate=recalibrate,
     )
     code = bench_module.command(opts)
     if code:
@@ -389,6 +395,24 @@ def cache_clear() -> None:
     from specli.history import HistoryStore
 
     print(f"removed {HistoryStore.clear()} history store(s)")
+
+
+@app.command("rpc-server")
+@guarded
+def rpc_server(
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but 127.0.0.1/localhost exposes this "
+                                           "machine to the network: the protocol has no authentication.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 50052,
+    threads: Annotated[int | None, typer.Option(help="CPU threads for the layers served (default: all cores).",
+                                                min=1)] = None,
+    cache: Annotated[Path | None, typer.Option(help="Keep received weights in DIR, so that a client loading the "
+                                                    "same model again sends only their hashes.")] = None,
+) -> None:
+    """Serve this machine's CPU or GPUs to `--rpc` clients (llama.cpp's RPC server, in-process).
+    Client and server must run the same specli and llama-cpp-python version."""
+    from specli.serve import run_server
+
+    raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
 
 
 def line_reader() -> Callable[[str], str]:

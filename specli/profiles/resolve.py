@@ -90,8 +90,9 @@ def _validate(
         label = _key_label(source, key, name)
         try:
             values[name] = spec.check(value, from_cli=from_cli)
-        except Bad:
-            raise ProfileError(f"{source}: {label}: expected {spec.expected()}, got {show_value(value)}") from None
+        except Bad as e:
+            why = f": {e}" if str(e) else ""
+            raise ProfileError(f"{source}: {label}: expected {spec.expected()}, got {show_value(value)}{why}") from None
         origins[name] = (rank, source, label)
     return values, origins
 
@@ -183,6 +184,16 @@ def _cross_check(values: Mapping[str, Any], origins: Mapping[str, _Origin]) -> N
             f"{source}: {label}: expected a draft model name or path "
             f"(drafter {values['drafter']!r}{where} needs one), got none"
         )
+
+    # like llama.cpp's --rpc: servers hold only layers that are offloaded
+    for servers, layers in (("rpc", "n_gpu_layers"), ("draft_rpc", "draft_n_gpu_layers")):
+        if values[servers] and values[layers] == 0:
+            (rank, source, label), other, where = blame(servers, layers)
+            raise ProfileError(
+                f"{source}: {label}: {servers} {','.join(values[servers])} is set but {layers} is 0{where}, "
+                f"so nothing would run on the servers",
+                f"give --{layers.replace('_', '-')} -1 (all layers) or a layer count; {layers} in a profile",
+            )
 
 
 def _build(layers: Iterable[tuple[dict[str, Any], dict[str, _Origin]]]) -> Settings:

@@ -125,6 +125,18 @@ class Settings:
     tensor_split: tuple[float, ...] | None = _setting(
         None, Spec("floats", "share of the model per GPU, e.g. [3, 1]; null = even", nullable=True), reload=True
     )
+    rpc: tuple[str, ...] | None = _setting(
+        None, Spec("endpoints", "llama.cpp RPC servers (`specli rpc-server`) the target's offloaded layers go to, "
+                                "e.g. 192.168.1.20:50052,192.168.1.21:50052; null = this machine only",
+                   nullable=True, null_words=("none", "local")), reload=True,
+    )
+    draft_rpc: tuple[str, ...] | None = _setting(
+        None, Spec("endpoints", "RPC servers for the draft model's offloaded layers; null = the draft stays local",
+                   nullable=True, null_words=("none", "local")), reload=True,
+    )
+    rpc_timeout: float = _setting(120.0, Spec(
+        "float", "seconds to wait for one llama.cpp call over RPC before giving the server up as lost",
+        0.0, 3600.0, lo_open=True), reload=True)
     flash_attn: str = _choice(
         "auto", FLASH_ATTN, aliases=((True, "on"), (False, "off")), reload=True,
         doc="flash attention: auto (llama.cpp decides: on where supported), on or off",

@@ -7,12 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from specli.endpoints import BadEndpoint, parse_endpoints
+
 _TRUE_WORDS = ("true", "yes", "on", "1")
 _FALSE_WORDS = ("false", "no", "off", "0")
 
 
 class Bad(Exception):
-    """A value does not fit its spec; the caller words the message."""
+    """A value does not fit its spec; the caller words the message (with the reason,
+    when there is one)."""
 
 
 def show_value(value: Any) -> str:
@@ -35,7 +38,7 @@ def _num(x: float) -> str:
 class Spec:
     """How one setting is typed, checked and documented."""
 
-    kind: str  # int | float | str | bool | choice | strs | floats
+    kind: str  # int | float | str | bool | choice | strs | floats | endpoints
     doc: str = ""
     lo: float | None = None
     hi: float | None = None
@@ -84,6 +87,8 @@ class Spec:
             base = "a string or a list of strings"
         elif self.kind == "floats":
             base = "a list of numbers >= 0, not all 0"
+        elif self.kind == "endpoints":
+            base = "HOST:PORT or a comma-separated list of them (e.g. 192.168.1.20:50052)"
         else:  # pragma: no cover - programming error
             raise AssertionError(self.kind)
         return base + self._null_text()
@@ -98,6 +103,8 @@ class Spec:
             base = "list[str]"
         elif self.kind == "floats":
             base = "list[float]"
+        elif self.kind == "endpoints":
+            base = "list[host:port]"
         else:
             base = self.kind
         if self.nullable:
@@ -203,3 +210,11 @@ class Spec:
         if any(f < 0 for f in out) or sum(out) <= 0:
             raise Bad
         return out
+
+    def _check_endpoints(self, value: Any, from_cli: bool) -> tuple[str, ...]:
+        if not isinstance(value, (str, list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise Bad
+        try:
+            return tuple(str(ep) for ep in parse_endpoints(value))
+        except BadEndpoint as e:
+            raise Bad(str(e)) from None
