@@ -38,6 +38,11 @@ def main() -> None:
         s = profiles.resolve_settings(None, {"rpc": ",".join(f"127.0.0.1:{p}" for p in ports), "n_gpu_layers": -1,
                                              "tensor_split": "1,1", "max_tokens": max_tokens, "ctx": 1024})
         rt = open_runtime(s)
+    except BaseException:
+        for p in servers:
+            stop(p)
+        raise
+    try:
         print("| generations | client MiB | server 1 MiB | server 2 MiB |")
         print("|---:|---:|---:|---:|")
         t0 = time.monotonic()
@@ -51,8 +56,8 @@ def main() -> None:
                               rt.drafter()):
                 pass
         print(f"{n} generations in {time.monotonic() - t0:.0f} s")
-        rt.close()
     finally:
+        rt.close()
         for p in servers:
             stop(p)
 

@@ -92,13 +92,16 @@ class ChatSession:
         elif name == "reset":
             self.turns.clear()
             self.n_dropped = 0
+            try:
+                if not self.rt.lost:
+                    self.rt.target.reset()
+                    if self.rt.draft is not None:
+                        self.rt.draft.reset()
+                    self.console.print("conversation and caches cleared")
+            except SpecliError as e:  # a server lost while the chat was idle
+                self.console.print(f"[red]{e.one_line()}[/]")
             if self.rt.lost:
                 self.reconnect()
-            else:
-                self.rt.target.reset()
-                if self.rt.draft is not None:
-                    self.rt.draft.reset()
-                self.console.print("conversation and caches cleared")
         elif name == "system":
             self.system = arg or None
             self.console.print(f"system prompt {'set' if arg else 'removed'}")

@@ -17,6 +17,7 @@ from specli.backend import (
     ModelFile,
     available_memory,
     build_id,
+    probe_rpc,
     read_model_file,
     reconnect_rpc,
     supports_gpu_offload,
@@ -75,7 +76,7 @@ class Runtime:
     def reopen(self) -> Runtime:
         """The same settings loaded again, after an RPC server was lost and is back."""
         self.close()
-        reconnect_rpc()
+        reconnect_rpc((*(self.settings.rpc or ()), *(self.settings.draft_rpc or ())))
         return open_runtime(self.settings)
 
     def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None) -> Drafter | None:
@@ -232,6 +233,9 @@ def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
     check the pair and fit the context; then load the weights."""
     target_path = registry.resolve(s.target)
     draft_path = registry.resolve(s.draft) if needs_draft_model(s) and s.draft else None
+    servers = (*(s.rpc or ()), *((s.draft_rpc or ()) if draft_path else ()))
+    if servers:  # every server answers before anything loads
+        probe_rpc(list(dict.fromkeys(servers)))
     notes: list[str] = []
     with contextlib.ExitStack() as files:  # tokenizers are freed before any weights load
         target_file = files.enter_context(read_model_file(target_path))

@@ -22,10 +22,14 @@ INSECURE_WARNING = (
 
 
 def endpoint(host: str, port: int) -> Endpoint:
+    """`host:port` with the host as an IPv4 address (llama.cpp's server takes no names)."""
     try:
-        return parse_endpoint(f"{host}:{port}")
+        ep = parse_endpoint(f"{host}:{port}")
+        return Endpoint(socket.gethostbyname(ep.host), ep.port)
     except BadEndpoint as e:
         raise UsageError(f"cannot serve on {host}:{port}: {e}", "give --host NAME_OR_IPV4 --port 1..65535") from None
+    except OSError as e:
+        raise UsageError(f"cannot serve on {host}:{port}: {e.strerror or e}", "give --host an IPv4 address") from None
 
 
 def check_free(ep: Endpoint) -> None:
@@ -48,8 +52,7 @@ def run_server(host: str, port: int, threads: int | None, cache: Path | None,
 
     ep = endpoint(host, port)
     if not rpc.supported():
-        raise RpcError("this llama.cpp build has no RPC backend",
-                       "run scripts/setup.sh again (it builds llama-cpp-python with -DGGML_RPC=ON)")
+        raise rpc.NO_RPC_BUILD
     check_free(ep)
     if cache is not None:
         cache = cache.expanduser()

@@ -294,6 +294,18 @@ def test_divergences_are_near_ties_only_at_the_baselines_runner_up_within_the_bo
     assert (rows["ngram"].near_ties, rows["ngram"].mismatches) == (0, 1)
 
 
+def test_a_contender_behind_the_runner_up_is_a_near_tie_within_the_bound() -> None:
+    """Three tokens within the noise (seen: Spec-Bench rag 482, 0.147 and 0.174 behind):
+    a batch may pick the third; one further behind than the bound is still a mismatch."""
+    base = _rec("baseline", 0, 10.0, [1, 2, 3, 4])
+    base.margins = [(9, 5.0), (9, 5.0), (7, 0.02), (9, 5.0)]
+    base.contenders = [{9: 5.0}, {9: 5.0}, {7: 0.02, 8: 0.04, 6: 0.3}, {9: 5.0}]
+    third, far = _rec("ngram", 0, 12.0, [1, 2, 8, 5]), _rec("ngram", 0, 12.0, [1, 2, 6, 5])
+    assert [bench.classify_divergence(base, r, 2, 0.05) for r in (third, far)] == ["near-tie", "mismatch"]
+    (x,) = bench.divergences_of([base, third], 0.05)
+    assert x.verdict == "near-tie" and x.mode_token_gap == 0.04 and x.baseline_runner_up == 7
+
+
 def test_llama_cpp_peer_output_is_parsed() -> None:
     from specli.bench import peers
 

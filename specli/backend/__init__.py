@@ -4,14 +4,15 @@ system: the library itself (log, init, build, load options and kernels); loader:
 into llama.cpp (check, load, metadata, requantize); vocab: tokenizers; info: a model
 file's metadata, read once before its weights; model: a loaded model (decode, rollback,
 chat template); peer: llama-cpp-python's own generator, the bench's peer; rpc: RPC
-servers as devices, serving one, and surviving a lost one.
+servers as devices, and serving one; bounded: calls to them that survive a lost server.
 """
 
+from specli.backend.bounded import reconnect as reconnect_rpc
 from specli.backend.info import ModelFile, ModelInfo, available_memory, read_model_file, read_model_info
 from specli.backend.loader import check_gguf_header, quantize_model
 from specli.backend.model import Model
 from specli.backend.peer import LlamaCppPythonPeer, open_llama_cpp_python_peer
-from specli.backend.rpc import reconnect as reconnect_rpc
+from specli.backend.rpc import probe_all as probe_rpc
 from specli.backend.system import (
     FLASH_ATTN,
     KV_TYPES,
@@ -46,6 +47,7 @@ __all__ = [
     "quantize_model",
     "read_model_file",
     "read_model_info",
+    "probe_rpc",
     "read_vocab",
     "reconnect_rpc",
     "resolved_kernels",

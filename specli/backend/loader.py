@@ -9,7 +9,7 @@ from typing import Any
 
 import llama_cpp
 
-from specli.backend import rpc
+from specli.backend import bounded, rpc
 from specli.backend.system import LoadOptions, default_threads, init_backend, last_log_error
 from specli.errors import ModelError
 from specli.gguf import GGUF_MAGIC, SUPPORTED_VERSIONS, GgufSummary, validate_gguf
@@ -51,10 +51,11 @@ def _model_params(opts: LoadOptions, vocab_only: bool = False) -> tuple[Any, lis
         params.tensor_split = arr
         keep_alive.append(arr)
     if opts.rpc and not vocab_only:
-        # this machine's GPUs, then the servers' devices, as llama.cpp's --rpc orders them;
-        # a model without `rpc` gets the default (local devices only: servers are never
-        # registered globally, so a local draft stays local)
-        devs = rpc.local_gpus() + rpc.devices(opts.rpc, opts.rpc_timeout)
+        # the servers' devices, then this machine's GPUs: llama.cpp's order for --rpc (the
+        # output layer, and its vocabulary-wide logits, stay local when a GPU is here). A
+        # model without `rpc` gets llama.cpp's default: servers are never registered
+        # globally, so a local draft stays local
+        devs = rpc.devices(opts.rpc, opts.rpc_timeout) + rpc.local_gpus()
         arr_devs = (ctypes.c_void_p * (len(devs) + 1))(*devs, None)
         params.devices = ctypes.cast(arr_devs, ctypes.c_void_p).value
         keep_alive.append(arr_devs)
@@ -62,7 +63,8 @@ def _model_params(opts: LoadOptions, vocab_only: bool = False) -> tuple[Any, lis
 
 
 def rpc_load_seconds(path: Path, opts: LoadOptions) -> float:
-    """The bound on loading over RPC: the weights at 5 MB/s or more, plus one call's."""
+    """The bound on loading over RPC: the weights sent at 5 MB/s or more (a slower link
+    is taken for a dead one), plus one call's bound."""
     return opts.rpc_timeout + path.stat().st_size / 5e6
 
 
@@ -73,7 +75,7 @@ def load_model_ptr(path: Path, opts: LoadOptions, vocab_only: bool = False) -> A
     params, _keep = _model_params(opts, vocab_only)
     path_bytes = str(path).encode("utf-8")
     if opts.rpc and not vocab_only:
-        ptr = rpc.call(lambda: llama_cpp.llama_model_load_from_file(path_bytes, params),
+        ptr = bounded.call(lambda: llama_cpp.llama_model_load_from_file(path_bytes, params),
                        f"loading {path.name} onto {','.join(opts.rpc)}", rpc_load_seconds(path, opts))
     else:
         ptr = llama_cpp.llama_model_load_from_file(path_bytes, params)

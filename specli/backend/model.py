@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import llama_cpp
 import numpy as np
 
-from specli.backend import rpc
+from specli.backend import bounded
 from specli.backend.info import ModelFile
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
 from specli.backend.system import (
@@ -102,21 +102,29 @@ class Model:
         self._dirty = False  # a decode was interrupted before self.tokens was updated
 
     # -- lifecycle ---------------------------------------------------------------
-    def _llama(self, fn: Callable[[], T], what: str) -> T:
+    def _llama(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
         """A llama.cpp call on this model: bounded in a worker thread when its layers are
         on RPC servers (a lost server raises RpcError instead of aborting the process)."""
         if not self.remote:
             return fn()
         try:
-            return rpc.call(fn, f"{self.path.name} on {','.join(self.opts.rpc)}: {what}", self.opts.rpc_timeout)
-        except RpcError:
-            self.lost = True
+            return bounded.call(fn, f"{self.path.name} on {','.join(self.opts.rpc)}: {what}",
+                                timeout or self.opts.rpc_timeout)
+        except BaseException:
+            if bounded.lost() is not None:  # also after Ctrl-C left a call running
+                self.lost = True
             raise
 
     def close(self) -> None:
-        if self.lost:  # freeing would send to the lost server and wait for ever
+        if self.remote and not self.lost:  # freeing talks to the servers: bounded too
+            with contextlib.suppress(RpcError):
+                self._llama(self._free, "freeing", timeout=min(10.0, self.opts.rpc_timeout))
+        if self.lost:  # freeing would send to a lost server and wait for ever: dropped
             self._batch = self._ctx = self._model = None
             return
+        self._free()
+
+    def _free(self) -> None:
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
@@ -182,6 +190,8 @@ class Model:
                 f"context full: {self.n_past} + {n} tokens exceed the {self.n_ctx}-token context",
                 "raise --ctx or shorten the prompt",
             )
+        if self.lost:
+            raise RpcError(f"{self.path.name}: its RPC server was lost", "start it again and reload (/reset in chat)")
         if self._dirty:
             llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
             self._dirty = False

@@ -131,6 +131,7 @@ class Generated:
     finish_reason: FinishReason | None
     counters: Counters
     margins: list[tuple[int, float]] | None = None  # the baseline's runner-up and logit gap per token
+    contenders: list[dict[int, float]] | None = None  # the baseline's next likeliest tokens and gaps
     no_tokens: bool = False  # a peer that reports text only: nothing to compare token by token
 
 

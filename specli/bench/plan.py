@@ -145,6 +145,9 @@ def plan_bench(opts: BenchOptions) -> Plan:
         modes = dedupe_modes([*modes, *sweep_modes(parse_sweep(opts.sweep), base.drafter)])
     peer_texts = [opts.peer] if isinstance(opts.peer, str) else list(opts.peer or [])
     peers = dedupe_modes(parse_peer(t) for t in peer_texts)
+    if peers and (base.rpc or base.draft_rpc):
+        raise UsageError("peers load the whole target on this machine, not on the RPC servers",
+                         "leave out --peer with --rpc")
     if any(m.drafter == LLAMA_CPP for m in peers):
         if opts.turns == "all":
             raise UsageError("llama.cpp peers run single prompts", "use --turns first with a llama.cpp peer")

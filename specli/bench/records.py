@@ -49,6 +49,7 @@ class Record:
     tokens: list[int] | None  # None: a peer reporting text only
     text: str
     margins: list[tuple[int, float]] | None = None  # baseline: (runner-up token, top logit - its logit)
+    contenders: list[dict[int, float]] | None = None  # baseline: the next likeliest tokens -> their gaps
     speedup: float | None = None
     decode_speedup: float | None = None
     lossless: Lossless = "unchecked"
@@ -80,6 +81,8 @@ class Record:
         }
         if self.margins is not None:
             out["margins"] = [[int(t), float(g)] for t, g in self.margins]
+        if self.contenders is not None:
+            out["contenders"] = [[[int(t), float(g)] for t, g in c.items()] for c in self.contenders]
         return out
 
 
@@ -103,6 +106,7 @@ class Divergence:
     tie_bound: float | None
     baseline_length: int
     mode_length: int
+    mode_token_gap: float | None = None  # the baseline's top logit - its logit of the mode's token, if recorded
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,13 +115,14 @@ class Divergence:
 def record_from_counters(
     c: Counters, *, mode: Mode, prompt: Prompt, prompt_index: int, repeat: int, turn: int,
     tokens: Sequence[int] | None, text: str, finish_reason: FinishReason | None, temperature: float, verify: str = "batch",
-    margins: Sequence[tuple[int, float]] | None = None,
+    margins: Sequence[tuple[int, float]] | None = None, contenders: Sequence[dict[int, float]] | None = None,
 ) -> Record:
     return Record(
         mode.name, mode.kind, None if mode.is_baseline else mode.compare_to, prompt_index, prompt.id,
         prompt.category, repeat, turn, temperature, verify, finish_reason, c,
         None if tokens is None else [int(t) for t in tokens], text,
         None if margins is None else [(int(t), float(g)) for t, g in margins],
+        None if contenders is None else [dict(c) for c in contenders],
     )
 
 
@@ -167,14 +172,25 @@ def add_speedups(records: Sequence[Record]) -> None:
 
 
 def classify_divergence(baseline: Record, rec: Record, diff: int, tie_bound: float | None) -> Lossless:
-    """`near-tie` when a one-batch mode's first differing token is the baseline's runner-up
-    at that position and the baseline's gap between the two is within the batching noise
-    measured for this model and build; `mismatch` otherwise (always in exact mode)."""
+    """`near-tie` when a one-batch mode's first differing token is one the baseline
+    ranked right behind its top token at that position (the runner-up, or another of
+    the recorded contenders) with a logit gap within the batching noise measured for
+    this model and build; `mismatch` otherwise (always in exact mode)."""
     margins, tokens = baseline.margins, rec.tokens or []
     if rec.verify == "exact" or tie_bound is None or not margins or diff >= min(len(margins), len(tokens)):
         return "mismatch"
-    runner_up, gap = margins[diff]
-    return "near-tie" if tokens[diff] == runner_up and gap <= tie_bound else "mismatch"
+    mode_gap = mode_token_gap(baseline, diff, tokens[diff])
+    return "near-tie" if mode_gap is not None and mode_gap <= tie_bound else "mismatch"
+
+
+def mode_token_gap(baseline: Record, diff: int, token: int | None) -> float | None:
+    """The baseline's gap from its top token to `token` at position `diff`, if recorded."""
+    gaps: dict[int, float] = {}
+    if baseline.margins is not None and diff < len(baseline.margins):
+        gaps[baseline.margins[diff][0]] = baseline.margins[diff][1]
+    if baseline.contenders is not None and diff < len(baseline.contenders):
+        gaps.update(baseline.contenders[diff])
+    return gaps.get(token) if token is not None else None
 
 
 def check_lossless(records: Sequence[Record], tie_bound: float | None = None) -> list[Divergence]:
@@ -202,7 +218,7 @@ def check_lossless(records: Sequence[Record], tie_bound: float | None = None) ->
                 r.mode, r.prompt_id, r.prompt_index, r.category, r.repeat, r.turn, diff, r.lossless, r.verify,
                 bt[diff] if diff < len(bt) else None, mt[diff] if diff < len(mt) else None,
                 margins[diff][0] if diff < len(margins) else None, margins[diff][1] if diff < len(margins) else None,
-                tie_bound, len(bt), len(mt),
+                tie_bound, len(bt), len(mt), mode_token_gap(b, diff, mt[diff] if diff < len(mt) else None),
             ))
     return out
 

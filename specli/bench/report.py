@@ -259,7 +259,10 @@ def report(result: BenchResult, rows: Sequence[Row], divergences: Sequence[Diver
             f"{'[bold red]MISMATCH[/] [red]' if bad else '[yellow]near-tie[/] '}{escape(x.mode)}: prompt "
             f"{escape(x.prompt_id)} repeat {x.repeat + 1} turn {x.turn + 1}: first differing token at "
             f"position {x.first_diff} (baseline {x.baseline_token} vs {x.mode_token}; baseline runner-up "
-            f"{x.baseline_runner_up}, logit gap {gap}, near-tie bound {bound}; lengths {x.baseline_length} "
+            f"{x.baseline_runner_up}, logit gap {gap}"
+            + ("" if x.mode_token_gap is None or x.mode_token == x.baseline_runner_up
+               else f", the mode's token {x.mode_token_gap:.3g} behind")
+            + f", near-tie bound {bound}; lengths {x.baseline_length} "
             f"and {x.mode_length}){'[/]' if bad else ''}"
         )
     if not greedy:

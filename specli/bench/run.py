@@ -129,8 +129,10 @@ class _Runner:
             c.t_prefill -= recorder.first_seconds
             if c.t_first_token is not None:
                 c.t_first_token -= recorder.first_seconds
-        margins = recorder.margins[: len(res.tokens)] if recorder is not None else None
-        return Generated(res.tokens, res.text, res.finish_reason, c, margins)
+        if recorder is None:
+            return Generated(res.tokens, res.text, res.finish_reason, c)
+        n = len(res.tokens)
+        return Generated(res.tokens, res.text, res.finish_reason, c, recorder.margins[:n], recorder.contenders[:n])
 
     def conversation(self, mode: Mode, prompt: Prompt, index: int, repeat: int,
                      on_record: Callable[[Record], None], before_turn: Callable[[int], None]) -> None:
@@ -149,7 +151,7 @@ class _Runner:
                 g.counters, mode=mode, prompt=prompt, prompt_index=index, repeat=repeat, turn=turn,
                 tokens=None if g.no_tokens else g.tokens, text=g.text, finish_reason=g.finish_reason,
                 temperature=s.temperature,
-                verify="batch" if mode.peer else s.verify, margins=g.margins,
+                verify="batch" if mode.peer else s.verify, margins=g.margins, contenders=g.contenders,
             ))
             history += [{"role": "user", "content": user}, {"role": "assistant", "content": g.text}]
 

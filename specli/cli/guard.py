@@ -7,6 +7,7 @@ import functools
 import os
 import signal
 import sys
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
@@ -39,11 +40,15 @@ def _note_warning(message: Warning | str, category: type[Warning], filename: str
     print_notes([str(message)])
 
 
+def bounded_lost() -> bool:
+    bounded = sys.modules.get("specli.backend.bounded")  # loaded only by a run that used RPC
+    return bounded is not None and bool(bounded.ever_lost())
+
+
 def _leave_if_rpc_lost(code: int) -> None:
     """After an RPC server was lost, llama.cpp threads are parked for good: end the
     process here (output flushed) rather than let interpreter shutdown wait on them."""
-    rpc = sys.modules.get("specli.backend.rpc")
-    if rpc is not None and rpc.ever_lost():
+    if bounded_lost():
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
@@ -58,12 +63,17 @@ def guarded(command: Callable[P, T]) -> Callable[P, T]:
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
-            return _run(*args, **kwargs)
+            result = _run(*args, **kwargs)
         except typer.Exit as e:
             _leave_if_rpc_lost(e.exit_code)
             raise
-        finally:
-            _leave_if_rpc_lost(0)
+        except BaseException as e:  # --debug's traceback, typer.Abort: not a success either
+            if bounded_lost():
+                traceback.print_exception(e)
+            _leave_if_rpc_lost(1)
+            raise
+        _leave_if_rpc_lost(0)
+        return result
 
     def _run(*args: P.args, **kwargs: P.kwargs) -> T:
         with contextlib.suppress(ValueError):  # not in the main thread

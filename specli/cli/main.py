@@ -28,6 +28,7 @@ from specli.cli.options import (
     RecalibrateOpt,
     with_settings,
 )
+from specli.endpoints import DEFAULT_PORT
 from specli.errors import SpecliError, UsageError
 from specli.profiles import Settings
 from specli.types import FinishReason
@@ -402,7 +403,7 @@ def cache_clear() -> None:
 def rpc_server(
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but 127.0.0.1/localhost exposes this "
                                            "machine to the network: the protocol has no authentication.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 50052,
+    port: Annotated[int, typer.Option(help="TCP port.")] = DEFAULT_PORT,
     threads: Annotated[int | None, typer.Option(help="CPU threads for the layers served (default: all cores).",
                                                 min=1)] = None,
     cache: Annotated[Path | None, typer.Option(help="Keep received weights in DIR, so that a client loading the "
