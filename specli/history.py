@@ -201,7 +201,6 @@ class HistoryStore:
         except DamagedStore as err:
             if not self._rewrite:
                 self.notes.append(f"history store {self.path} is damaged ({err}); rewritten")
-            old_lengths, old_tokens = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
         lengths = np.concatenate([old_lengths, [len(d) for d in self.pending]]).astype(np.int64)
         tokens = np.concatenate([old_tokens, *self.pending]).astype(np.int32)
         drop = _n_to_evict(lengths, self.max_tokens)

@@ -29,7 +29,7 @@ from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
 from specli.pair import check_pair
-from specli.profiles import Settings, needs_draft_model
+from specli.profiles import Settings, needs_draft_model, reads_history
 from specli.types import Drafter
 
 
@@ -259,6 +259,6 @@ def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
         target.close()
         raise
     rt = Runtime(s, target, draft, n_common or target.n_vocab, notes=notes, recalibrate=recalibrate)
-    if s.history and s.drafter in ("suffix", "auto") and s.draft_max > 0:
+    if reads_history(s):
         rt.history_store(s)  # now, so that a note about a damaged store is shown before generating
     return rt

@@ -96,16 +96,6 @@ def cut_at_stop(
     return list(tokens), None
 
 
-def top_two_gap(row: Row) -> tuple[int, float]:
-    """(runner-up token, top logit - runner-up logit) of one logits row."""
-    top = int(row.argmax())
-    best = float(row[top])
-    rest = row.copy()
-    rest[top] = -float("inf")
-    second = int(rest.argmax())
-    return second, best - float(rest[second])
-
-
 CONTENDERS = 8  # tokens after the top one whose gaps are recorded
 
 
@@ -134,9 +124,10 @@ class MarginRecorder:
     def __call__(self, draft: Any, rows: Any, sampling: Any, rng: Any) -> Verdict:
         verdict = self.verifier(draft, rows, sampling, rng)
         t0 = time.perf_counter()
-        row = rows[verdict.n_accepted]
-        self.margins.append(top_two_gap(row))
-        self.contenders.append(contenders(row))
+        gaps = contenders(rows[verdict.n_accepted])
+        runner_up = min(gaps, key=lambda t: (gaps[t], t))  # the lowest id among equals, as argmax picks
+        self.margins.append((runner_up, gaps[runner_up]))
+        self.contenders.append(gaps)
         dt = time.perf_counter() - t0
         self.seconds += dt
         if len(self.margins) == 1:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import llama_cpp
 from specli.backend.loader import check_gguf_header, load_model_ptr
 from specli.backend.system import LoadOptions
 from specli.errors import BackendError
+from specli.gguf.format import tokens_digest
 from specli.types import VocabInfo
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
@@ -40,12 +40,9 @@ class Vocab:
         )
 
     def key(self) -> str:
-        """A hash of every token's text: equal for models that share token ids."""
-        h = hashlib.blake2b(digest_size=8)
-        for i in range(self.n_vocab):
-            h.update(self.token_text(i))
-            h.update(b"\0")
-        return f"{self.n_vocab}-{h.hexdigest()}"
+        """A hash of every token's text: equal for models that share token ids, and to
+        the key the GGUF check takes from the file's token list."""
+        return f"{self.n_vocab}-{tokens_digest([self.token_text(i) for i in range(self.n_vocab)])}"
 
     def token_text(self, token: int) -> bytes:
         return bytes(llama_cpp.llama_vocab_get_text(self._ptr, token) or b"")

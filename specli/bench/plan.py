@@ -21,7 +21,7 @@ from specli.bench.modes import (
 )
 from specli.bench.prompts import load_prompt_file, select_prompts, split_list, split_warm, suite_prompts
 from specli.errors import ProfileError, UsageError
-from specli.profiles import Settings
+from specli.profiles import Settings, reads_history
 from specli.suites import Prompt
 
 WARM_HISTORY_CHOICES = ("split", "others")
@@ -100,11 +100,6 @@ class Plan:
 
     def turns_of(self, p: Prompt) -> tuple[str, ...]:
         return p.turns if self.opts.turns == "all" else p.turns[:1]
-
-
-def reads_history(s: Settings) -> bool:
-    """Whether a mode with settings `s` drafts from earlier outputs (runtime.drafter's rule)."""
-    return s.history and s.draft_max > 0 and s.drafter in ("suffix", "auto")
 
 
 def _resolve(profile: str | None, overrides: dict[str, Any], mode: Mode | None = None) -> Settings:

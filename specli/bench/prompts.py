@@ -138,7 +138,6 @@ def select_prompts(prompts: Sequence[Prompt], categories: Sequence[str] = (), li
     return out
 
 
-
 def split_warm(prompts: Sequence[Prompt], how: str, categories: Sequence[str] = (),
                limit: int | None = None) -> tuple[list[Prompt], list[Prompt]]:
     """(warm, measured) prompts for `--warm-history HOW`; `prompts` is the whole loaded

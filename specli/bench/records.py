@@ -4,6 +4,7 @@ the aggregate rows per mode and category. Dataclasses here; JSON and CSV at the 
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -291,6 +292,7 @@ def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
     times = {k: sum(s[k] for s in splits) for k in ("prefill", "draft", "verify", "other")}
     ttft = [c.t_first_token for c in cs if c.t_first_token is not None]
     verdicts = [r.lossless for r in records]
+    pooled = functools.reduce(metrics.merge, cs, Counters())
     return Row(
         mode, category, len(records), sum(c.n_generated for c in cs),
         _median([metrics.tokens_per_second(c) for c in cs]),
@@ -306,8 +308,8 @@ def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
         _ratio(max(0.0, t_total - sum(c.t_llama for c in cs)), t_total),
         verdicts.count("mismatch"), verdicts.count("near-tie"), verdicts.count("match"),
         sum(1 for v in verdicts if v in COMPARED),
-        mean_draft_length=_ratio(n_drafted, sum(c.n_target_forwards for c in cs)),
-        ms_per_forward=_ratio(1000 * sum(c.t_verify for c in cs), sum(c.n_target_forwards for c in cs)),
+        mean_draft_length=metrics.mean_draft_length(pooled) if pooled.n_target_forwards else None,
+        ms_per_forward=metrics.ms_per_forward(pooled) if pooled.n_target_forwards else None,
     )
 
 

@@ -17,7 +17,7 @@ class SuffixDrafter:
     name = "suffix"
     decode_seconds = 0.0  # no model
 
-    def __init__(self, index: SuffixIndex, ngram: NgramDrafter, record: Callable[[list[int]], None] | None = None,
+    def __init__(self, index: SuffixIndex, ngram: NgramDrafter, record: Callable[[list[int]], None],
                  min_match: int = 3, max_match: int = 12) -> None:
         self.index, self.ngram, self.record = index, ngram, record
         self.min_match, self.max_match = min_match, max_match
@@ -32,18 +32,19 @@ class SuffixDrafter:
         """A generation starts from `history`: what follows it is output, for the store."""
         self._n_prompt = len(history)
 
-    def from_store(self, history: Sequence[int], k: int) -> Draft:
-        """The stored continuation of the longest suffix of `history` seen before."""
-        cont = self.index.lookup(history, k, self.min_match, self.max_match) if k > 0 else None
+    def from_store(self, history: Sequence[int], k: int, min_match: int | None = None) -> Draft:
+        """The stored continuation of the longest suffix of `history` seen before (of at
+        least `min_match` tokens; default: the drafter's own minimum)."""
+        shortest = self.min_match if min_match is None else min_match
+        cont = self.index.lookup(history, k, shortest, self.max_match) if k > 0 else None
         self.last = cont
         return Draft(list(cont.tokens[:k]) if cont else [], None, self.name)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         local = self.ngram.propose(history, k)
-        stored = self.from_store(history, k)
-        if stored.tokens and (not local.tokens or (self.last and self.last.match_len > self.ngram.last_match_n)):
-            return stored
-        return Draft(local.tokens, None, self.name)
+        # the store wins only with a longer match than the local one: ask for no less
+        stored = self.from_store(history, k, max(self.min_match, self.ngram.last_match_n + 1) if local.tokens else None)
+        return stored if stored.tokens else Draft(local.tokens, None, self.name)
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         pass
@@ -53,5 +54,5 @@ class SuffixDrafter:
         if self._n_prompt is None:
             return
         output, self._n_prompt = list(history[self._n_prompt :]), None
-        if self.record is not None and output:
+        if output:
             self.record(output)

@@ -14,6 +14,7 @@ u32 element_type | u64 count | count x element.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,12 @@ INT64_MAX = 2**63 - 1
 SMALL_ARRAY = 64
 
 TOKENS_KEY = "tokenizer.ggml.tokens"
+
+
+def tokens_digest(tokens: list[bytes]) -> str:
+    """A hash of a vocabulary's token texts in id order: equal for models that share
+    token ids (keys the history store)."""
+    return hashlib.blake2b(b"\0".join(tokens), digest_size=8).hexdigest()
 # Special token ids that llama.cpp asserts on (when it adds them) if they were dropped
 # for lying outside the vocabulary.
 SPECIAL_ID_KEYS = ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.seperator_token_id")

@@ -3,7 +3,6 @@ against the file size and the format's caps before it is trusted."""
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from typing import Any
 
@@ -20,6 +19,7 @@ from specli.gguf.format import (
     U32,
     U64,
     GgufArray,
+    tokens_digest,
 )
 
 
@@ -190,7 +190,7 @@ def read_array(r: Reader, key: str, depth: int) -> GgufArray:
         tokens: list[bytes] = []
         r.skip_strings(count, what, tokens)
         check_unique_tokens(r, tokens, start)
-        return GgufArray(ename, count, digest=hashlib.blake2b(b"\0".join(tokens), digest_size=8).hexdigest())
+        return GgufArray(ename, count, digest=tokens_digest(tokens))
     if etype == T_STRING:
         if count <= SMALL_ARRAY:
             vals = tuple(r.string(f"{what}[{i}]").decode("utf-8", errors="replace") for i in range(count))

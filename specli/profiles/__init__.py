@@ -36,6 +36,7 @@ from specli.profiles.settings import (
     Settings,
     describe_fields,
     needs_draft_model,
+    reads_history,
     setting_name,
     settings_to_dict,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "list_profiles",
     "load_profile",
     "needs_draft_model",
+    "reads_history",
     "resolve_settings",
     "setting_name",
     "settings_to_dict",

@@ -178,6 +178,12 @@ def needs_draft_model(s: Settings) -> bool:
     return s.drafter in MODEL_DRAFTERS and s.draft is not None and s.draft_max > 0
 
 
+def reads_history(s: Settings) -> bool:
+    """Whether a run with `s` drafts from earlier outputs (the history store): suffix,
+    or auto with history on, drafting at all."""
+    return s.history and s.draft_max > 0 and s.drafter in ("suffix", "auto")
+
+
 class FieldInfo(NamedTuple):
     name: str
     type: str
