@@ -177,8 +177,8 @@ def test_auto_learns_acceptance_per_match_length() -> None:
         future += [10, 11, 90 + r]  # a 2-gram seen before, then something new
         future += block  # repeats: once inside, the 4-gram suffix always matches
     _replay_auto(auto, history, future, 4)
-    assert auto.by_n["ngram"][2].rates(1)[0] < 0.2
-    assert auto.by_n["ngram"][4].rates(1)[0] > 0.8
+    assert auto.by_n["ngram"][2, True].rates(1)[0] < 0.2
+    assert auto.by_n["ngram"][4, True].rates(1)[0] > 0.8
     late = _replay_auto(auto, history, [10, 11, 99, *block, 10, 11, 98, *block], 4)
     assert all(k == 0 for n, k in late if n == 2) and any(k > 0 for n, k in late if n == 4)
 
@@ -227,3 +227,32 @@ def test_auto_that_keeps_drafting_still_measures_plain_steps() -> None:
     assert poisoned.drifted and abs(poisoned.step / true.step - 1) < 0.5
     assert poisoned.batch_ratio(16) > 5  # the level followed t1
     assert sum(drafted[64:]) < sum(drafted[:32]) / 4  # long losing drafts stopped
+
+
+def test_auto_lookup_drafts_grow_only_as_far_as_they_were_accepted() -> None:
+    """Acceptance measured on short drafts says nothing about position 40: a lookup draft is
+    at most twice the longest run accepted lately (8 at first), and a rejection brings the
+    cap back down to twice what that draft kept."""
+    from specli.drafters.auto import FIRST_TRUST, AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    costs = Costs(1.0, [1, 2, 65], [1.0, 1.05, 2.0])  # batches nearly free: the longest k wins
+    costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
+    auto = AutoDrafter(costs, None, NgramDrafter(3, 12), explore_every=10**9)
+    auto.acceptance["ngram"] = AcceptanceStats(prior=0.99, prior_weight=1e9)
+    auto.by_n["ngram"] = {(n, True): AcceptanceStats(prior=0.99, prior_weight=1e9) for n in range(1, 13)}
+    block = list(range(100, 400))
+    history = [*block, *block[:12]]
+    auto.begin(history)
+    drafted = []
+    for _ in range(5):  # every draft is accepted: the cap doubles
+        d = auto.propose(history, 64)
+        drafted.append(len(d.tokens))
+        history += d.tokens + [block[len(history) - 300 + len(d.tokens)]]
+        auto.accept(history, len(d.tokens), 0.0)
+    assert drafted == [FIRST_TRUST, 16, 32, 64, 64]
+    d = auto.propose(history, 64)
+    history += d.tokens[:3] + [7]  # three kept, then the target says otherwise
+    auto.accept(history, 3, 0.0)
+    history += block[:12]
+    assert len(auto.propose(history, 64).tokens) == FIRST_TRUST

@@ -349,3 +349,35 @@ def test_history_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert history_dir() == tmp_path / "h"
     store = HistoryStore.open("k")
     assert store.path == tmp_path / "h" / "k.hist"
+
+
+def test_suffix_drafter_keeps_the_prompt_tail_so_a_repeat_drafts_from_its_first_token() -> None:
+    from specli.drafters.ngram import NgramDrafter
+    from specli.drafters.suffix import SuffixDrafter
+
+    index = SuffixIndex()
+    drafter = SuffixDrafter(index, NgramDrafter(3, 12), index.add, min_match=3, max_match=12)
+    prompt, output = list(range(1000, 1040)), list(range(2000, 2030))
+    drafter.begin(prompt)
+    drafter.end(prompt + output)
+    assert index.documents()[0].tolist() == prompt[-12:] + output  # not the whole prompt
+    drafter.begin(prompt)
+    d = drafter.propose(prompt + output[:1], 64)  # one output token: the rest is drafted
+    assert d.tokens == output[1:] and drafter.last is not None and drafter.last.match_len == 12
+    drafter.begin(prompt)
+    drafter.end(prompt)  # nothing generated: nothing stored
+    assert index.n_documents == 1
+
+
+def test_suffix_drafts_stop_where_few_stored_occurrences_still_agree() -> None:
+    from specli.drafters.ngram import NgramDrafter
+    from specli.drafters.suffix import SuffixDrafter
+
+    common = [5, 6, 7, 8]
+    # 20 occurrences of `common`, all going on with 9, 10, then each with a token of its own
+    docs = [common + [9, 10, 100 + i, 50, 51] for i in range(20)]
+    drafter = SuffixDrafter(SuffixIndex(docs), NgramDrafter(3, 12), lambda doc: None)
+    assert drafter.from_store([1, 2, *common], 8).tokens == [9, 10]  # 1 of 20 past that: under 10 %
+    docs = [common + [9, 10, 11, 50, 51]] * 2 + docs[:10]
+    drafter = SuffixDrafter(SuffixIndex(docs), NgramDrafter(3, 12), lambda doc: None)
+    assert drafter.from_store([1, 2, *common], 8).tokens == [9, 10, 11, 50, 51]  # 2 of 12 agree on 11

@@ -16,6 +16,12 @@ FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
 OPTIMISTIC_ACCEPTANCE = 0.95
 PAYBACK_TOKENS = 128  # a draft model's catch-up must pay for itself within this many tokens
 MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
+# An index lookup drafts at most twice the longest run of its tokens accepted lately (at
+# least FIRST_TRUST): acceptance measured on short drafts says nothing about position 40.
+# Without this cap, a few fully accepted 2-6 token drafts priced a 64-token draft at 1.65
+# tokens per step; it kept 3 (a near-tie went the other way) and cost 30 plain steps.
+FIRST_TRUST = 8
+Match = tuple[int, bool]  # a lookup's match length, and whether every earlier occurrence agreed
 
 
 class AutoDrafter:
@@ -36,15 +42,18 @@ class AutoDrafter:
         self.explore_every = explore_every
         self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5),
                            "suffix": AcceptanceStats(prior=0.5)}
-        # index-lookup acceptance by match length: a 6-token match predicts far better than a 3-token one
-        self.by_n: dict[str, dict[int, AcceptanceStats]] = {"ngram": {}, "suffix": {}}
+        # index-lookup acceptance by match: (length, whether every earlier occurrence of the
+        # matched text went on with the first drafted token). A 6-token match predicts far
+        # better than a 3-token one, and one continuation better than the likeliest of several.
+        self.by_n: dict[str, dict[Match, AcceptanceStats]] = {"ngram": {}, "suffix": {}}
         self.last = Choice("none", 0, 0.0)
         self._since_tried = {"draft": 0, "ngram": 0, "suffix": 0}
         # steps between probes of a drafter not chosen; doubles while probes fail, up to a cap
         self._interval = dict.fromkeys(self._since_tried, min(FIRST_PROBE, explore_every))
         self._probing: str | None = None
         self._used: tuple[str, int] | None = None
-        self._match_n = {"ngram": 0, "suffix": 0}  # match length behind the last lookup
+        self._match: dict[str, Match] = {"ngram": (0, True), "suffix": (0, True)}  # behind the last lookup
+        self._trusted = {"ngram": FIRST_TRUST, "suffix": FIRST_TRUST}  # longest lookup draft allowed
 
     @property
     def decode_seconds(self) -> float:
@@ -63,15 +72,16 @@ class AutoDrafter:
         lookups: dict[str, Draft] = {}
         if self.ngram is not None:
             lookups["ngram"] = self.ngram.propose(history, k)
-            self._match_n["ngram"] = self.ngram.last_match_n
+            self._match["ngram"] = (self.ngram.last_match_n, True)
         if self.suffix is not None:
             lookups["suffix"] = self.suffix.from_store(history, k)
-            self._match_n["suffix"] = self.suffix.last.match_len if self.suffix.last else 0
+            last = self.suffix.last
+            self._match["suffix"] = (last.match_len, last.support[0] == last.n_occurrences) if last else (0, True)
         stats = dict(self.acceptance)
         for name, d in lookups.items():
-            available[name] = len(d.tokens)
+            available[name] = min(len(d.tokens), self._trusted[name])
             if d.tokens:
-                stats[name] = self._stats_by_n(name, self._match_n[name])
+                stats[name] = self._stats_by_n(name, self._match[name])
         pending = 1
         if self.draft is not None:
             available["draft"] = k
@@ -124,16 +134,20 @@ class AutoDrafter:
         backlog = self.costs.draft_costs(name, 1, pending)[1] - self.costs.draft_costs(name, 1, 1)[1]
         return saved > backlog
 
-    def _stats_by_n(self, name: str, n: int) -> AcceptanceStats:
-        """Acceptance of `name`'s matches of n tokens. First use starts from a weak prior,
-        soon outweighed: at least what shorter matches have shown, since a longer match
-        predicts at least as well, and at least 1 - 1.5/n (0.5 for 3 tokens, 0.875 for 12:
-        text repeated that far usually goes on repeating)."""
+    def _stats_by_n(self, name: str, match: Match) -> AcceptanceStats:
+        """Acceptance of `name`'s matches of n tokens (split by whether earlier occurrences
+        agreed). First use starts from a weak prior, soon outweighed: at least what shorter
+        matches of the same kind have shown, since a longer match predicts at least as well,
+        and at least 1 - 1.5/n (0.5 for 3 tokens, 0.875 for 12: text repeated that far
+        usually goes on repeating); half that where earlier occurrences went on in
+        different ways (a chat template's closing tokens before every stored answer)."""
         by_n = self.by_n[name]
-        if n not in by_n:
-            shorter = [by_n[m].rates(1)[0] for m in by_n if m < n]
-            by_n[n] = AcceptanceStats(prior=max([self.acceptance[name].rates(1)[0], 1.0 - 1.5 / n, *shorter]))
-        return by_n[n]
+        if match not in by_n:
+            n, agreed = match
+            shorter = [by_n[m].rates(1)[0] for m in by_n if m[0] < n and m[1] == agreed]
+            prior = max([self.acceptance[name].rates(1)[0], 1.0 - 1.5 / n, *shorter])
+            by_n[match] = AcceptanceStats(prior=prior if agreed else prior / 2)
+        return by_n[match]
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
         if self._used is not None:
@@ -146,10 +160,12 @@ class AutoDrafter:
                 if self.costs.doubting:  # that probe's cost disagreed with the table: confirm soon
                     self._interval[name] = 2
                 self._probing = None
+            if name in self._trusted and n_drafted > 0:
+                self._trusted[name] = max(FIRST_TRUST, 2 * n_accepted, self._trusted[name] if n_accepted == n_drafted else 0)
             if name in self.acceptance and n_drafted > 0:
                 self.acceptance[name].update(n_drafted, n_accepted)
                 if name in self.by_n:
-                    self._stats_by_n(name, self._match_n[name]).update(n_drafted, n_accepted)
+                    self._stats_by_n(name, self._match[name]).update(n_drafted, n_accepted)
             self._used = None
         if self.draft is not None:
             self.draft.accept(history, n_accepted, verify_seconds)

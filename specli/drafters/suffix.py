@@ -12,6 +12,8 @@ from specli.drafters.ngram import NgramDrafter
 from specli.history import Continuation, SuffixIndex
 from specli.types import Draft
 
+MIN_SHARE = 0.1
+
 
 class SuffixDrafter:
     name = "suffix"
@@ -38,7 +40,12 @@ class SuffixDrafter:
         shortest = self.min_match if min_match is None else min_match
         cont = self.index.lookup(history, k, shortest, self.max_match) if k > 0 else None
         self.last = cont
-        return Draft(list(cont.tokens[:k]) if cont else [], None, self.name)
+        if cont is None:
+            return Draft([], None, self.name)
+        # stop where fewer than MIN_SHARE of the stored occurrences still agree (vLLM's
+        # suffix decoding: min_token_prob 0.1): past that the draft is a long shot
+        n = next((i for i, c in enumerate(cont.support) if c < MIN_SHARE * cont.n_occurrences), len(cont.tokens))
+        return Draft(list(cont.tokens[: min(k, n)]), None, self.name)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         local = self.ngram.propose(history, k)
@@ -50,9 +57,12 @@ class SuffixDrafter:
         pass
 
     def end(self, history: Sequence[int]) -> None:
-        """The generation is over: its output joins the store (the prompt does not)."""
+        """The generation is over: its output joins the store, after the last `max_match`
+        tokens of its prompt (the rest of the prompt is not kept). With that context a
+        repeated request drafts from its first output token, not from its min_match-th:
+        a warm pass over code began with 8 plain steps and 5 two-token drafts."""
         if self._n_prompt is None:
             return
-        output, self._n_prompt = list(history[self._n_prompt :]), None
-        if output:
-            self.record(output)
+        n_prompt, self._n_prompt = self._n_prompt, None
+        if len(history) > n_prompt:
+            self.record(list(history[max(0, n_prompt - self.max_match) :]))
