@@ -230,9 +230,9 @@ def test_auto_that_keeps_drafting_still_measures_plain_steps() -> None:
 
 
 def test_auto_lookup_drafts_grow_only_as_far_as_they_were_accepted() -> None:
-    """Acceptance measured on short drafts says nothing about position 40: a lookup draft is
-    at most twice the longest run accepted lately (8 at first), and a rejection brings the
-    cap back down to twice what that draft kept."""
+    """Acceptance measured on short drafts says little about position 40: a lookup draft is
+    at most twice as long as the run of its tokens accepted since its last rejection (8 at
+    first), and a rejection brings the cap back down to twice what that draft kept."""
     from specli.drafters.auto import FIRST_TRUST, AutoDrafter
     from specli.drafters.ngram import NgramDrafter
 
@@ -245,12 +245,12 @@ def test_auto_lookup_drafts_grow_only_as_far_as_they_were_accepted() -> None:
     history = [*block, *block[:12]]
     auto.begin(history)
     drafted = []
-    for _ in range(5):  # every draft is accepted: the cap doubles
+    for _ in range(5):  # every draft is accepted: the cap grows with the run
         d = auto.propose(history, 64)
         drafted.append(len(d.tokens))
         history += d.tokens + [block[len(history) - 300 + len(d.tokens)]]
         auto.accept(history, len(d.tokens), 0.0)
-    assert drafted == [FIRST_TRUST, 16, 32, 64, 64]
+    assert drafted == [FIRST_TRUST, 16, 48, 64, 64]
     d = auto.propose(history, 64)
     history += d.tokens[:3] + [7]  # three kept, then the target says otherwise
     auto.accept(history, 3, 0.0)

@@ -16,10 +16,12 @@ FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
 OPTIMISTIC_ACCEPTANCE = 0.95
 PAYBACK_TOKENS = 128  # a draft model's catch-up must pay for itself within this many tokens
 MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
-# An index lookup drafts at most twice the longest run of its tokens accepted lately (at
-# least FIRST_TRUST): acceptance measured on short drafts says nothing about position 40.
-# Without this cap, a few fully accepted 2-6 token drafts priced a 64-token draft at 1.65
-# tokens per step; it kept 3 (a near-tie went the other way) and cost 30 plain steps.
+# An index lookup drafts at most twice as far as its text has gone on matching lately (its
+# drafted tokens accepted since its last rejection; at least FIRST_TRUST): acceptance seen
+# on short drafts says little about position 40. Without a cap, four fully accepted 2-6
+# token drafts priced a 64-token draft at 1.65 tokens per step; it kept 3 (a near-tie went
+# the other way) and cost 30 plain steps. Capped by the last draft's size instead, k stuck
+# at 6 on an edit that 64-token drafts copied at 1.94x (1.28x).
 FIRST_TRUST = 8
 Match = tuple[int, bool]  # a lookup's match length, and whether every earlier occurrence agreed
 
@@ -53,7 +55,7 @@ class AutoDrafter:
         self._probing: str | None = None
         self._used: tuple[str, int] | None = None
         self._match: dict[str, Match] = {"ngram": (0, True), "suffix": (0, True)}  # behind the last lookup
-        self._trusted = {"ngram": FIRST_TRUST, "suffix": FIRST_TRUST}  # longest lookup draft allowed
+        self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
 
     @property
     def decode_seconds(self) -> float:
@@ -79,7 +81,7 @@ class AutoDrafter:
             self._match["suffix"] = (last.match_len, last.support[0] == last.n_occurrences) if last else (0, True)
         stats = dict(self.acceptance)
         for name, d in lookups.items():
-            available[name] = min(len(d.tokens), self._trusted[name])
+            available[name] = min(len(d.tokens), max(FIRST_TRUST, 2 * self._run[name]))
             if d.tokens:
                 stats[name] = self._stats_by_n(name, self._match[name])
         pending = 1
@@ -160,8 +162,8 @@ class AutoDrafter:
                 if self.costs.doubting:  # that probe's cost disagreed with the table: confirm soon
                     self._interval[name] = 2
                 self._probing = None
-            if name in self._trusted and n_drafted > 0:
-                self._trusted[name] = max(FIRST_TRUST, 2 * n_accepted, self._trusted[name] if n_accepted == n_drafted else 0)
+            if name in self._run and n_drafted > 0:
+                self._run[name] = self._run[name] + n_accepted if n_accepted == n_drafted else n_accepted
             if name in self.acceptance and n_drafted > 0:
                 self.acceptance[name].update(n_drafted, n_accepted)
                 if name in self.by_n:
