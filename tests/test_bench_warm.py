@@ -129,3 +129,19 @@ def test_warm_split_run_drafts_from_the_held_apart_half(tmp_path: Path, monkeypa
     # p1's answer is in the history: after a few tokens the rest is drafted from it and accepted
     assert warm["n_accepted"] >= 10 and warm["n_accepted"] >= cold["n_accepted"] + 6, (warm, cold)
     assert warm["n_target_forwards"] < cold["n_target_forwards"]
+    costs = doc["costs"]  # what the summary script prices generations with
+    assert costs["sizes"][0] == 1 and len(costs["ratios"]) == len(costs["sizes"]) and costs["t1"] > 0
+
+
+def test_summary_prices_each_verify_batch_with_the_calibrated_costs() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("summary", Path(__file__).parent.parent / "scripts" / "bench_warm_summary.py")
+    assert spec is not None and spec.loader is not None
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    sizes, ratios = [1, 2, 4], [1.0, 1.5, 2.5]
+    # 10 forwards: 7 plain, then drafts of 1, 2 and 3 tokens (batches of 2, 3 and 4)
+    record = {"n_target_forwards": 10, "drafted_by_pos": [3, 2, 1]}
+    assert summary.modelled_steps(record, sizes, ratios) == pytest.approx(7 + 1.5 + 2.0 + 2.5)
+    assert summary.modelled_steps({"n_target_forwards": 5, "drafted_by_pos": []}, sizes, ratios) == 5

@@ -209,6 +209,7 @@ def document(result: BenchResult, rows: Sequence[Row], divergences: Sequence[Div
             for m in plan.modes
         ],
         "machine": result.machine,
+        "costs": result.costs or None,  # calibrated t1 (s) and batch costs in plain steps
         "warm_history": warm_json(result),
         "prompts": [
             {"index": i, "id": p.id, "category": p.category, "n_turns": len(plan.turns_of(p)), "source": p.source}

@@ -54,6 +54,8 @@ class BenchResult:
     seconds: float = 0.0
     # the target's batching noise on this build: exact_batch, max_logit_diff, tie_bound
     numerics: dict[str, Any] = field(default_factory=dict)
+    # the calibrated costs auto started from: t1 and one batch of sizes[i] tokens in plain steps
+    costs: dict[str, Any] = field(default_factory=dict)
     warm_generations: int = 0  # warm-prompt generations finished (--warm-history)
 
 
@@ -221,6 +223,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
             cal = rt.calibration()
             result.numerics = {"exact_batch": cal.exact_batch, "max_logit_diff": cal.max_logit_diff,
                                "tie_bound": cal.tie_bound}
+            result.costs = {"t1": cal.t1, "sizes": list(cal.sizes), "ratios": list(cal.ratios)}
         runner = _Runner(plan, rt, peer, verifier)
         if any(m.drafter == LLAMA_CPP for m in plan.peers):
             peers.llama_cpp_bin()  # missing programs: say how to build them before measuring anything
