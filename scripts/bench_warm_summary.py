@@ -6,8 +6,9 @@ Timed speedups of single generations swing by +-10 % on a shared 2-core machine 
 generation of 126 plain steps and one draft measured 1.18x). So each row also gives the
 speedup modelled from what the generations did (their plain steps and the size of every
 verify batch) priced with the calibrated batch costs in the JSON's `costs`, pooled over
-the row: free of timing noise, blind to costs outside llama.cpp (drafting, Python; the
-bench's split shows those) and meant for one-batch verification (not --exact).
+the row: free of timing noise, blind to costs outside llama.cpp (lookups, Python; the
+bench's split shows those) and meant for one-batch verification (not --exact). Rows where
+the draft model drafted show no modelled figure: its tokens are not counted in the JSON.
 
     scripts/bench_warm_categories.sh 4 128 out/
     python scripts/bench_warm_summary.py out/*.json
@@ -49,12 +50,15 @@ def main() -> None:
         base = {(r["prompt_index"], r["repeat"], r["turn"]): r for r in doc["records"] if r["kind"] == "baseline"}
         cells: dict[tuple[str, str], list[float]] = defaultdict(list)
         pooled: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+        unpriced: set[tuple[str, str]] = set()  # cells where the draft model drafted
         for r in doc["records"]:
             if r["kind"] != "drafter" or r["decode_speedup"] is None:
                 continue
             cells[(r["category"], r["mode"])].append(r["decode_speedup"])
             b = base.get((r["prompt_index"], r["repeat"], r["turn"]))
-            if costs and b is not None and r["n_target_forwards"] and b["n_target_forwards"]:
+            if "draft" in r["drafter_steps"]:
+                unpriced.add((r["category"], r["mode"]))
+            elif costs and b is not None and r["n_target_forwards"] and b["n_target_forwards"]:
                 p = pooled[(r["category"], r["mode"])]
                 p[0] += r["n_step_tokens"]
                 p[1] += modelled_steps(r, costs["sizes"], costs["ratios"])
@@ -64,7 +68,8 @@ def main() -> None:
             med = statistics.median(x)
             flag = f" **< {BOUND}**" if med < BOUND else ""
             p = pooled.get((category, mode))
-            modelled = f"{(p[0] / p[1]) / (p[2] / p[3]):.3f}x" if p and p[1] and p[3] else "-"
+            priced = p and p[1] and p[3] and (category, mode) not in unpriced
+            modelled = f"{(p[0] / p[1]) / (p[2] / p[3]):.3f}x" if priced else "-"
             history = (f"warm ({warm['how']}): {warm['generations_run']}/{warm['generations']} generations of "
                        f"{warm['n_prompts']} prompts" if mode in warm.get("modes", []) else "cold")
             print(f"| {Path(name).stem} | {category} | {mode} | {len(x)} | {med:.2f}x ({min(x):.2f}-{max(x):.2f}){flag} "
