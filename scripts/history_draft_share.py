@@ -41,22 +41,20 @@ def main() -> None:
         key = rt.target.vocab_key()
         path = HistoryStore.open(key, max_tokens=args.tokens).path
         write_store(path, key, np.array([len(d) for d in docs]), np.concatenate(docs).astype(np.int32))
-        rt._history = None  # opened empty by open_runtime, before the file was written
         t0 = time.perf_counter()
-        store = rt.history_store(s)
+        store = HistoryStore.open(key, max_tokens=args.tokens)  # as a run opens it; never saved here
         print(f"store of {store.index.n_tokens:,} tokens opened (read and indexed) in {time.perf_counter() - t0:.1f} s")
         for p in [p for p in suite("code")]:
             rt.target.reset()
             if rt.draft is not None:
                 rt.draft.reset()
-            res = engine.run(rt.target, rt.prompt_tokens(p.turns[0], s), rt.generation_config(s), rt.drafter(s))
+            res = engine.run(rt.target, rt.prompt_tokens(p.turns[0], s), rt.generation_config(s), rt.drafter(s, store.index))
             c = res.counters
             decode = c.t_total - c.t_prefill
             print(f"{p.id}: {c.n_generated} tokens in {c.n_target_forwards} steps; drafting {c.t_draft:.3f} s of "
                   f"{decode:.2f} s decode ({100 * c.t_draft / decode:.2f} %, {1000 * c.t_draft / c.n_target_forwards:.2f} ms "
                   f"a step); steps by drafter {c.drafter_steps}")
     finally:
-        rt._history = None  # the temporary store is not saved
         rt.close()
 
 

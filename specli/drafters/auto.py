@@ -72,16 +72,18 @@ class AutoDrafter:
     def propose(self, history: Sequence[int], k: int) -> Draft:
         available: dict[str, int] = {}
         lookups: dict[str, Draft] = {}
+        # a lookup is asked for no more than it may draft (its continuation's prefix is the same)
+        trusted = {name: min(k, max(FIRST_TRUST, 2 * run)) for name, run in self._run.items()}
         if self.ngram is not None:
-            lookups["ngram"] = self.ngram.propose(history, k)
+            lookups["ngram"] = self.ngram.propose(history, trusted["ngram"])
             self._match["ngram"] = (self.ngram.last_match_n, True)
         if self.suffix is not None:
-            lookups["suffix"] = self.suffix.from_store(history, k)
+            lookups["suffix"] = self.suffix.from_store(history, trusted["suffix"])
             last = self.suffix.last
             self._match["suffix"] = (last.match_len, last.support[0] == last.n_occurrences) if last else (0, True)
         stats = dict(self.acceptance)
         for name, d in lookups.items():
-            available[name] = min(len(d.tokens), max(FIRST_TRUST, 2 * self._run[name]))
+            available[name] = len(d.tokens)
             if d.tokens:
                 stats[name] = self._stats_by_n(name, self._match[name])
         pending = 1
