@@ -411,7 +411,7 @@ def rpc_server(
 ) -> None:
     """Serve this machine's CPU or GPUs to `--rpc` clients (llama.cpp's RPC server, in-process).
     Client and server must run the same specli and llama-cpp-python version."""
-    from specli.serve import run_server
+    from specli.rpc_server import run_server
 
     raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
 
