@@ -78,6 +78,11 @@ def ms_per_forward(c: Counters) -> float:
     return 1000 * _ratio(c.t_verify, c.n_target_forwards)
 
 
+def n_drafts(c: Counters) -> int:
+    """Target forwards that verified a draft (vLLM's num_drafts): the rest were plain steps."""
+    return c.n_target_forwards - c.drafter_steps.get("none", 0)
+
+
 def acceptance_by_position(c: Counters) -> list[float]:
     """P(draft token i accepted | drafted at position i), i = 0..k-1."""
     return [_ratio(a, d) for a, d in zip(c.accepted_by_pos, c.drafted_by_pos)]

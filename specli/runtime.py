@@ -79,16 +79,18 @@ class Runtime:
         reconnect_rpc((*(self.settings.rpc or ()), *(self.settings.draft_rpc or ())))
         return open_runtime(self.settings)
 
-    def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None) -> Drafter | None:
+    def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None,
+                keep: bool = True) -> Drafter | None:
         """The drafter for settings `s` (default: the runtime's own). Suffix and auto
-        draft from `history`, or by default from this vocabulary's history store."""
+        draft from `history`, or by default from this vocabulary's history store;
+        `keep=False` drafts from it but keeps this generation's output out of it."""
         s = s or self.settings
         if s.drafter == "none" or s.draft_max == 0:
             return None
         ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
         if s.drafter == "ngram":
             return ngram
-        suffix = self._suffix_drafter(s, history, ngram)
+        suffix = self._suffix_drafter(s, history, ngram, keep)
         if s.drafter == "suffix":
             return suffix or ngram
         if s.drafter == "auto":
@@ -100,9 +102,10 @@ class Runtime:
             return HybridDrafter(self._draft_model_drafter(s), ngram)
         return self._draft_model_drafter(s)
 
-    def _suffix_drafter(self, s: Settings, history: SuffixIndex | None, ngram: NgramDrafter) -> SuffixDrafter | None:
+    def _suffix_drafter(self, s: Settings, history: SuffixIndex | None, ngram: NgramDrafter,
+                        keep: bool = True) -> SuffixDrafter | None:
         """Drafts from earlier outputs beside `ngram` (the same index auto asks), and
-        records this run's; None with history off."""
+        records this run's (unless not `keep`); None with history off."""
         if not s.history:
             return None
         if history is None:
@@ -110,7 +113,7 @@ class Runtime:
             history, record = store.index, store.add
         else:
             record = history.add
-        return SuffixDrafter(history, ngram, record, s.ngram_min, s.ngram_max)
+        return SuffixDrafter(history, ngram, record if keep else _discard, s.ngram_min, s.ngram_max)
 
     def history_store(self, s: Settings | None = None) -> HistoryStore:
         """Earlier outputs of models with this target's vocabulary (opened once)."""
@@ -195,6 +198,10 @@ class Runtime:
         """The target's tokens for `prompt` after `history`, under settings `s` (system, raw)."""
         s = s or self.settings
         return prompting.prompt_tokens(self.target, prompt, history, system=s.system, raw=s.raw)
+
+
+def _discard(tokens: list[int]) -> None:
+    """A generation's output kept out of the history."""
 
 
 CALIBRATION_TEXT = "def calibrate(values):\n    return [v * v for v in values if v % 3]\n\n" * 12

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from specli import bench as bench_module  # light: no model code at import
 from specli import metrics, profiles, registry
+from specli import serve as serve_defaults  # light: constants only
 from specli.bench import DEFINITIONS
 from specli.cli.guard import err_console, guarded, print_notes
 from specli.cli.options import (
@@ -414,6 +415,46 @@ def rpc_server(
     from specli.rpc_server import run_server
 
     raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
+
+
+@app.command(help="Serve the pair over the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions; "
+                  "GET /v1/models, /health, /metrics), one generation at a time, drafting from everything "
+                  "served before. Exit codes: 130 Ctrl-C, 143 SIGTERM (the running generation ends at its next "
+                  "step, the history is saved), others as for every command.")
+@guarded
+@with_settings(*GENERATION)
+def serve(
+    profile: ProfileOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on. Anything but 127.0.0.1/localhost exposes "
+                                           "the model to the network: set an API key.")] = serve_defaults.DEFAULT_HOST,
+    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = serve_defaults.DEFAULT_PORT,
+    api_key: Annotated[str | None, typer.Option(envvar="SPECLI_API_KEY", show_default=False,
+                                                help="Require this key (Authorization: Bearer KEY) on every "
+                                                     "route but /health and /v1/models.")] = None,
+    queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 503 "
+                                            "with Retry-After.", min=0)] = serve_defaults.DEFAULT_QUEUE,
+    max_body: Annotated[float, typer.Option(help="Largest request body in MiB (413 above).",
+                                            min=0.001)] = serve_defaults.DEFAULT_MAX_BODY_MIB,
+    dashboard: Annotated[bool, typer.Option(help="Show the requests live in a table instead of log lines.")] = False,
+    recalibrate: RecalibrateOpt = False,
+    *,
+    overrides: dict[str, Any],
+) -> None:
+    """Serve the pair over the OpenAI HTTP API."""
+    from specli.serve.server import ServeOptions, run_serve
+
+    s = profiles.resolve_settings(profile, overrides)
+    cap = s.max_tokens if "max_tokens" in overrides or _profile_sets(profile, "max_tokens") else None
+    opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate)
+    raise typer.Exit(run_serve(s, opts, err_console()))
+
+
+def _profile_sets(profile: str | None, key: str) -> bool:
+    """Whether the profile in use (the default one when none is named) sets `key`."""
+    try:
+        return key in profiles.load_profile(profile or profiles.DEFAULT_PROFILE)
+    except SpecliError:  # no default profile at all
+        return False
 
 
 def line_reader() -> Callable[[str], str]:

@@ -4,7 +4,7 @@ stop strings (holding back text that may begin one), and splits the text by orig
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specli.engine.core import FINISH_STOP, GenerationConfig, Step, Verifier, generate_steps, verify_step
@@ -77,7 +77,7 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
 
 
 def generate(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
-             drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Iterator[StepEvent]:
+             drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Generator[StepEvent, None, None]:
     """Generate from `prompt` (token ids), as text events."""
     steps = generate_steps(target, prompt, config, drafter, verifier)
     try:

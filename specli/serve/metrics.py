@@ -1,0 +1,99 @@
+"""The server's counters since it started, as Prometheus text: requests, tokens and time,
+and speculation under the names vLLM and llama-server use (`spec_decode_num_drafts_total`,
+`..._num_draft_tokens_total`, `..._num_accepted_tokens_total`,
+`..._num_accepted_tokens_per_pos_total{position}`), with the prefix `specli:`."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from specli import metrics
+from specli.serve.worker import Record
+
+PREFIX = "specli:"
+
+
+@dataclass
+class ServerMetrics:
+    requests: Counter[tuple[str, int]] = field(default_factory=Counter)  # (endpoint, status) -> n
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generation_tokens: int = 0
+    target_forwards: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    drafter_steps: Counter[str] = field(default_factory=Counter)
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    queue_s: float = 0.0
+    request_s: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, r: Record) -> None:
+        c = r.counters
+        with self._lock:
+            self.requests[(r.endpoint, r.status)] += 1
+            self.prompt_tokens += c.n_prompt
+            self.cached_tokens += c.n_prompt_reused
+            self.generation_tokens += c.n_generated
+            self.target_forwards += c.n_target_forwards
+            self.drafts += metrics.n_drafts(c)
+            self.draft_tokens += c.n_drafted
+            self.accepted_tokens += c.n_accepted
+            grow = len(c.accepted_by_pos) - len(self.accepted_per_pos)
+            self.accepted_per_pos.extend([0] * max(0, grow))
+            for i, n in enumerate(c.accepted_by_pos):
+                self.accepted_per_pos[i] += n
+            self.drafter_steps.update(c.drafter_steps)
+            self.prefill_s += c.t_prefill
+            self.decode_s += max(0.0, c.t_total - c.t_prefill)
+            self.queue_s += r.queue_s
+            self.request_s += r.total_s
+
+    def prometheus(self, running: int, waiting: int) -> str:
+        """Prometheus text exposition format 0.0.4."""
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, doc: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP {PREFIX}{name} {doc}")
+            lines.append(f"# TYPE {PREFIX}{name} {kind}")
+            lines.extend(f"{PREFIX}{name}{labels} {_num(v)}" for labels, v in samples)
+
+        with self._lock:
+            metric("requests_total", "counter", "Requests finished, by endpoint and HTTP status (499: client gone).",
+                   [(f'{{endpoint="{e}",status="{s}"}}', n) for (e, s), n in sorted(self.requests.items())]
+                   or [("", 0)])
+            metric("requests_running", "gauge", "Requests generating now (0 or 1).", [("", running)])
+            metric("requests_waiting", "gauge", "Requests waiting in the queue.", [("", waiting)])
+            metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [("", self.prompt_tokens)])
+            metric("prompt_tokens_cached_total", "counter", "Of those, reused from the KV cache.",
+                   [("", self.cached_tokens)])
+            metric("generation_tokens_total", "counter", "Tokens generated.", [("", self.generation_tokens)])
+            metric("target_forwards_total", "counter", "Target forward passes after the prefill.",
+                   [("", self.target_forwards)])
+            metric("spec_decode_num_drafts_total", "counter", "Target forwards that verified a draft.",
+                   [("", self.drafts)])
+            metric("spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.",
+                   [("", self.draft_tokens)])
+            metric("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+                   [("", self.accepted_tokens)])
+            metric("spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                   "Draft tokens accepted, by position in the draft (0 = first).",
+                   [(f'{{position="{i}"}}', n) for i, n in enumerate(self.accepted_per_pos)] or [('{position="0"}', 0)])
+            metric("drafter_steps_total", "counter", "Target forwards by who drafted (none = a plain step).",
+                   [(f'{{drafter="{d}"}}', n) for d, n in sorted(self.drafter_steps.items())] or [("", 0)])
+            metric("prefill_seconds_total", "counter", "Seconds spent in prompt prefill.", [("", self.prefill_s)])
+            metric("decode_seconds_total", "counter", "Seconds spent generating after the prefill.",
+                   [("", self.decode_s)])
+            metric("queue_seconds_total", "counter", "Seconds requests waited in the queue.", [("", self.queue_s)])
+            metric("request_seconds_total", "counter", "Seconds from arrival to the end of each request.",
+                   [("", self.request_s)])
+        return "\n".join(lines) + "\n"
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:.6g}"

@@ -1,0 +1,427 @@
+"""The OpenAI shapes in one place: request bodies checked into records, errors as
+`{"error": {message, type, param, code}}`, and the response and chunk objects built
+from a generation's figures. Pure: no models, no HTTP."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specli import metrics
+from specli.profiles import SPECS
+from specli.profiles.spec import Bad
+
+# llama-server's error types, one per status (OpenAI's where it has one)
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "unavailable_error",
+}
+MAX_STOP = 16
+MAX_MESSAGES = 4096
+
+
+class ApiError(Exception):
+    """An error a client gets: HTTP status, a message naming the problem and the fix,
+    the parameter at fault, a machine-readable code; `retry_after` seconds for a 503."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "server_error"),
+                          "param": self.param, "code": self.code}}
+
+
+def bad(param: str | None, message: str, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, message, param, code)
+
+
+# -- request records --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a request asks of the generation; None = the server's setting."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    drafter: str | None = None  # specli: {...}
+    draft_max: int | None = None
+    exact: bool | None = None
+    history: bool = True  # False: this request's output stays out of the history store
+    return_tokens: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """One checked request: a chat (`messages`) or a completion (`prompt`)."""
+
+    kind: Literal["chat", "completion"]
+    model: str | None
+    options: Options
+    messages: tuple[dict[str, str], ...] = ()
+    prompt: str = ""
+    stream: bool = False
+    include_usage: bool = False
+
+
+# parameters specli cannot honour: accepted only at the value that asks for nothing
+_UNSUPPORTED_UNLESS: dict[str, tuple[Any, ...]] = {
+    "n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",),
+    "logprobs": (False, 0), "top_logprobs": (0,), "logit_bias": ({},),
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
+    "tools": ([],), "functions": ([],), "tool_choice": ("none",), "function_call": ("none",),
+    "response_format": ({"type": "text"},), "modalities": (["text"],),
+    "audio": (), "prediction": (), "reasoning_effort": (), "web_search_options": (),
+}
+_WHY = {
+    "tools": "tool calls are not supported yet", "functions": "function calls are not supported yet",
+    "tool_choice": "tool calls are not supported yet", "function_call": "function calls are not supported yet",
+    "response_format": "only plain text output is supported yet (no JSON mode or schema)",
+    "n": "one choice per request only", "best_of": "one choice per request only",
+    "logprobs": "log probabilities are not returned", "top_logprobs": "log probabilities are not returned",
+}
+_CHAT_ONLY = frozenset({"messages", "max_completion_tokens", "stream_options", "tools", "tool_choice",
+                        "parallel_tool_calls", "functions", "function_call", "response_format", "modalities",
+                        "audio", "prediction", "reasoning_effort", "web_search_options", "top_logprobs"})
+_COMPLETION_ONLY = frozenset({"prompt", "echo", "suffix", "best_of"})
+_COMMON = frozenset({"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
+                     "max_tokens", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
+                     "presence_penalty", "user", "metadata", "store", "service_tier", "cache_prompt", "specli"})
+_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens")
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The JSON object in `raw`: 400 for invalid UTF-8, malformed JSON or not an object."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(None, f"the request body is not valid UTF-8 (byte {e.start})", "invalid_encoding") from None
+    try:
+        body = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise ApiError(400, f"the request body is not valid JSON ({e})", None, "invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, f"the request body must be a JSON object, got {_kind(body)}", None, "invalid_json")
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def parse_request(body: dict[str, Any], kind: Literal["chat", "completion"]) -> Request:
+    """A chat or completion body checked: every problem is a 400 naming the parameter."""
+    allowed = _COMMON | (_CHAT_ONLY if kind == "chat" else _COMPLETION_ONLY)
+    for key in body:
+        if key not in allowed:
+            raise bad(key, f"unrecognized request argument supplied: {key}", "unknown_parameter")
+    for key, ok in _UNSUPPORTED_UNLESS.items():
+        if key in body and body[key] is not None and not any(_same(body[key], v) for v in ok):
+            why = _WHY.get(key, "specli does not support it")
+            raise bad(key, f"{key}={json.dumps(body[key])[:60]} is not supported: {why}", "unsupported_parameter")
+    model = _opt_str(body, "model")
+    stream = _opt_bool(body, "stream") or False
+    include_usage = False
+    if (so := body.get("stream_options")) is not None:
+        if not isinstance(so, dict):
+            raise bad("stream_options", f"stream_options must be an object, got {_kind(so)}", "invalid_type")
+        if not stream:
+            raise bad("stream_options", "stream_options is only allowed with stream: true")
+        include_usage = _opt_bool(so, "include_usage", "stream_options.include_usage") or False
+    options = _options(body, kind)
+    if kind == "chat":
+        return Request(kind, model, options, messages=_messages(body.get("messages")), stream=stream,
+                       include_usage=include_usage)
+    return Request(kind, model, options, prompt=_prompt(body.get("prompt")), stream=stream,
+                   include_usage=include_usage)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b or (isinstance(a, (int, float)) and not isinstance(a, bool)
+                                             and isinstance(b, (int, float)) and a == b)
+
+
+def _options(body: dict[str, Any], kind: str) -> Options:
+    max_tokens = _opt_int(body, "max_tokens")
+    if kind == "chat" and body.get("max_completion_tokens") is not None:
+        max_tokens = _opt_int(body, "max_completion_tokens")
+    param = "max_completion_tokens" if kind == "chat" and body.get("max_completion_tokens") is not None \
+        else "max_tokens"
+    if max_tokens is not None and max_tokens < 1:
+        raise bad(param, f"{param} must be at least 1, got {max_tokens}")
+    temperature = _opt_num(body, "temperature")
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise bad("temperature", f"temperature must be between 0 and 2, got {temperature}")
+    top_p = _opt_num(body, "top_p")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise bad("top_p", f"top_p must be in (0, 1], got {top_p}")
+    top_k = _opt_int(body, "top_k")
+    if top_k is not None and top_k < 0:
+        raise bad("top_k", f"top_k must be 0 (off) or more, got {top_k}")
+    min_p = _opt_num(body, "min_p")
+    if min_p is not None and not 0 <= min_p < 1:
+        raise bad("min_p", f"min_p must be in [0, 1), got {min_p}")
+    seed = _opt_int(body, "seed")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise bad("seed", f"seed must be a non-negative 64-bit integer, got {seed}")
+    spec = _specli(body.get("specli"))
+    return Options(max_tokens, temperature, top_p, top_k, min_p, seed, _stop(body.get("stop")), **spec)
+
+
+def _specli(value: Any) -> dict[str, Any]:
+    """specli's own request options: {drafter, draft_max, exact, history, return_tokens}."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad("specli", f"specli must be an object, got {_kind(value)}", "invalid_type")
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        param = f"specli.{key}"
+        if key not in _SPECLI_KEYS:
+            raise bad(param, f"unknown specli option {key!r} (known: {', '.join(_SPECLI_KEYS)})", "unknown_parameter")
+        if v is None:
+            continue
+        if key in ("drafter", "draft_max"):
+            try:
+                out[key] = SPECS[key].check(v)
+            except Bad:
+                raise bad(param, f"{param} must be {SPECS[key].expected()}, got {json.dumps(v)}") from None
+        else:
+            out[key] = _opt_bool(value, key, param)
+    return out
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise bad("stop", f"stop must be a string or an array of strings, got {_kind(value)}", "invalid_type")
+    if len(items) > MAX_STOP:
+        raise bad("stop", f"stop has {len(items)} strings; at most {MAX_STOP} are allowed")
+    return tuple(s for s in items if s)
+
+
+def _content(value: Any, where: str) -> str:
+    """A message's content: a string, or an array of text parts joined."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts: list[str] = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise bad(f"{where}[{i}]", f"{where}[{i}] must be an object with a type", "invalid_type")
+            if part["type"] != "text":
+                raise bad(f"{where}[{i}]", f"content parts of type {part['type']!r} are not supported (text only)",
+                          "unsupported_parameter")
+            if not isinstance(part.get("text"), str):
+                raise bad(f"{where}[{i}].text", f"{where}[{i}].text must be a string", "invalid_type")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad(where, f"{where} must be a string or an array of text parts, got {_kind(value)}", "invalid_type")
+
+
+def _messages(value: Any) -> tuple[dict[str, str], ...]:
+    if value is None:
+        raise bad("messages", "messages is required", "missing_required_parameter")
+    if not isinstance(value, list):
+        raise bad("messages", f"messages must be an array, got {_kind(value)}", "invalid_type")
+    if not value:
+        raise bad("messages", "messages must hold at least one message")
+    if len(value) > MAX_MESSAGES:
+        raise bad("messages", f"messages holds {len(value)} messages; at most {MAX_MESSAGES} are allowed")
+    out: list[dict[str, str]] = []
+    for i, m in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad(where, f"{where} must be an object, got {_kind(m)}", "invalid_type")
+        role = m.get("role")
+        if role in ("tool", "function") or m.get("tool_calls") or m.get("function_call"):
+            raise bad(f"{where}.role", f"{where}: tool and function messages are not supported yet",
+                      "unsupported_parameter")
+        if role not in ("system", "developer", "user", "assistant"):
+            raise bad(f"{where}.role", f"{where}.role must be system, developer, user or assistant, "
+                                       f"got {json.dumps(role)}")
+        content = m.get("content")
+        if content is None and role == "assistant":
+            content = ""
+        out.append({"role": "system" if role == "developer" else role,
+                    "content": _content(content, f"{where}.content")})
+    return tuple(out)
+
+
+def _prompt(value: Any) -> str:
+    if value is None:
+        raise bad("prompt", "prompt is required", "missing_required_parameter")
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        value = value[0]
+    if not isinstance(value, str):
+        raise bad("prompt", f"prompt must be a string (one prompt per request), got {_kind(value)}", "invalid_type")
+    if not value:
+        raise bad("prompt", "prompt is empty")
+    return value
+
+
+def _opt_str(body: dict[str, Any], key: str) -> str | None:
+    v = body.get(key)
+    if v is not None and not isinstance(v, str):
+        raise bad(key, f"{key} must be a string, got {_kind(v)}", "invalid_type")
+    return v
+
+
+def _opt_bool(body: dict[str, Any], key: str, param: str | None = None) -> bool | None:
+    v = body.get(key)
+    if v is not None and not isinstance(v, bool):
+        raise bad(param or key, f"{param or key} must be true or false, got {_kind(v)}", "invalid_type")
+    return v
+
+
+def _opt_int(body: dict[str, Any], key: str) -> int | None:
+    v = body.get(key)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+        raise bad(key, f"{key} must be an integer, got {_kind(v)}", "invalid_type")
+    return v
+
+
+def _opt_num(body: dict[str, Any], key: str) -> float | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise bad(key, f"{key} must be a number, got {_kind(v)}", "invalid_type")
+    return float(v)
+
+
+# -- responses -------------------------------------------------------------------
+
+OpenAIFinish = Literal["stop", "length"]
+
+
+@dataclass
+class Outcome:
+    """A finished (or cut) generation, as the response needs it."""
+
+    text: str
+    finish_reason: OpenAIFinish
+    counters: metrics.Counters
+    specli_finish: str  # specli's own reason: stop, length, context, cancelled, terminated
+    queue_s: float = 0.0  # waiting for the generation thread
+    tokens: list[int] | None = None
+
+
+def usage(c: metrics.Counters) -> dict[str, Any]:
+    return {"prompt_tokens": c.n_prompt, "completion_tokens": c.n_generated,
+            "total_tokens": c.n_prompt + c.n_generated,
+            "prompt_tokens_details": {"cached_tokens": c.n_prompt_reused}}
+
+
+def timings(c: metrics.Counters) -> dict[str, Any]:
+    """llama-server's `timings` object, draft counts included."""
+    decode_s = max(0.0, c.t_total - (c.t_first_token or 0.0))
+    n_decode = max(0, c.n_generated - 1)
+    n_new = c.n_prompt - c.n_prompt_reused
+    return {"cache_n": c.n_prompt_reused, "prompt_n": n_new, "prompt_ms": 1000 * c.t_prefill,
+            "prompt_per_second": n_new / c.t_prefill if c.t_prefill > 0 else 0.0,
+            "predicted_n": c.n_generated, "predicted_ms": 1000 * decode_s,
+            "predicted_per_second": n_decode / decode_s if decode_s > 0 else 0.0,
+            "draft_n": c.n_drafted, "draft_n_accepted": c.n_accepted}
+
+
+def specli_figures(out: Outcome) -> dict[str, Any]:
+    """The `specli` object: what speculation did for this response."""
+    c = out.counters
+    fig: dict[str, Any] = {
+        "drafted": c.n_drafted, "accepted": c.n_accepted, "acceptance_rate": metrics.acceptance_rate(c),
+        "target_forwards": c.n_target_forwards, "tokens_per_forward": metrics.mean_accepted_length(c),
+        "drafter_steps": dict(c.drafter_steps), "decode_tokens_per_second": metrics.decode_tokens_per_second(c),
+        "time_to_first_token_s": c.t_first_token, "queue_s": out.queue_s, "finish_reason": out.specli_finish,
+    }
+    if out.tokens is not None:
+        fig["tokens"] = out.tokens
+    return fig
+
+
+@dataclass(frozen=True)
+class Ids:
+    """What every object of one response shares."""
+
+    id: str
+    created: int
+    model: str
+    fingerprint: str
+
+
+def chat_response(ids: Ids, out: Outcome) -> dict[str, Any]:
+    return {"id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
+            "system_fingerprint": ids.fingerprint,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text, "refusal": None},
+                         "logprobs": None, "finish_reason": out.finish_reason}],
+            "usage": usage(out.counters), "timings": timings(out.counters), "specli": specli_figures(out)}
+
+
+def completion_response(ids: Ids, out: Outcome) -> dict[str, Any]:
+    return {"id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
+            "system_fingerprint": ids.fingerprint,
+            "choices": [{"index": 0, "text": out.text, "logprobs": None, "finish_reason": out.finish_reason}],
+            "usage": usage(out.counters), "timings": timings(out.counters), "specli": specli_figures(out)}
+
+
+def chunk(ids: Ids, kind: str, text: str | None, *, first: bool = False, out: Outcome | None = None,
+          include_usage: bool = False) -> dict[str, Any]:
+    """One streamed chunk: text (`first` adds the assistant role), or the last one
+    (`out`: its finish reason, timings and specli figures)."""
+    choice: dict[str, Any] = {"index": 0}
+    if kind == "chat":
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice["delta"] = delta
+    else:
+        choice["text"] = text or ""
+    choice["logprobs"] = None
+    choice["finish_reason"] = out.finish_reason if out is not None else None
+    obj: dict[str, Any] = {"id": ids.id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+                           "created": ids.created, "model": ids.model, "system_fingerprint": ids.fingerprint,
+                           "choices": [choice]}
+    if include_usage:
+        obj["usage"] = None
+    if out is not None:
+        obj["timings"] = timings(out.counters)
+        obj["specli"] = specli_figures(out)
+    return obj
+
+
+def usage_chunk(ids: Ids, kind: str, out: Outcome) -> dict[str, Any]:
+    """stream_options.include_usage: a last chunk with no choices and the usage."""
+    return {"id": ids.id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+            "created": ids.created, "model": ids.model, "system_fingerprint": ids.fingerprint, "choices": [],
+            "usage": usage(out.counters)}
+
+
+def models_list(model: str, created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "specli"}]}

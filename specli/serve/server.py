@@ -1,0 +1,162 @@
+"""`specli serve`: checks, the security warning, uvicorn in the main thread (so that
+signals reach it), the generation thread beside it, and a clean end: SIGTERM or Ctrl-C
+stop accepting, end the running generation at its next step, save the history store
+and leave with 143 or 130."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import signal
+import socket
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from rich.console import Console
+
+from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, UsageError
+from specli.profiles import Settings
+from specli.runtime import Runtime
+from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
+from specli.serve.app import AppConfig, create_app
+from specli.serve.metrics import ServerMetrics
+from specli.serve.view import Dashboard, log_line
+from specli.serve.worker import Record, Worker
+
+EXIT_WAIT_S = 4.0  # after a signal: the longest wait for the running step before leaving anyway
+INSECURE_WARNING = (
+    "WARNING: serving on {host}:{port} without an API key and without TLS: anyone who can reach this "
+    "address can use the model and read what it generates. Set --api-key (or SPECLI_API_KEY), and put a "
+    "TLS proxy in front of it beyond a trusted network, or bind to 127.0.0.1."
+)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    queue: int = DEFAULT_QUEUE
+    max_body: int = int(DEFAULT_MAX_BODY_MIB * 2**20)
+    dashboard: bool = False
+    max_tokens_cap: int | None = None  # the server's --max-tokens, when one was given
+    recalibrate: bool = False
+
+
+def is_local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(host: str, port: int) -> None:
+    """Refuse an address that cannot be bound, before loading anything."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except (OSError, OverflowError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise UsageError(f"cannot listen on {host}:{port}: {why}",
+                         "pick another --port, stop the program using it, or give a local --host") from None
+
+
+def model_names(target: str) -> tuple[str, frozenset[str]]:
+    """The model id clients see (the registry name, or the file's stem) and the other
+    names a request may use for it."""
+    path = Path(target)
+    model_id = path.stem if target.endswith(".gguf") else target
+    return model_id, frozenset({target, path.name, path.stem})
+
+
+def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
+    """Serve until SIGTERM or Ctrl-C; returns the exit code (loading errors raise)."""
+    check_listen(o.host, o.port)
+    if not is_local(o.host) and not o.api_key:
+        console.print(INSECURE_WARNING.format(host=o.host, port=o.port), style="bold red", markup=False)
+    stats = ServerMetrics()
+    dash = Dashboard(console) if o.dashboard else None
+    model_id, aliases = model_names(s.target)
+    url = f"http://{o.host if ':' not in o.host else f'[{o.host}]'}:{o.port}/v1"
+    server: _Server | None = None
+
+    def record(r: Record) -> None:
+        stats.add(r)
+        if dash is not None:
+            dash.record(r)
+        else:
+            console.print(log_line(r), markup=False, highlight=False, soft_wrap=True)
+
+    def ready(rt: Runtime) -> None:
+        for note in rt.notes:
+            console.print(f"note: {note}", markup=False, highlight=False)
+        draft = f" + draft {rt.draft.name}" if rt.draft is not None else ""
+        console.print(f"specli serve: {url} (model {model_id!r}: {rt.target.name}{draft}; drafter {s.drafter}, "
+                      f"queue {o.queue}{', API key required' if o.api_key else ''}); Ctrl-C stops it",
+                      markup=False, highlight=False, soft_wrap=True)
+
+    def failed(e: BaseException) -> None:
+        if server is not None:
+            server.should_exit = True
+
+    worker = Worker(s, o.queue, recalibrate=o.recalibrate, max_tokens_cap=o.max_tokens_cap, on_record=record,
+                    on_progress=dash.progress if dash is not None else (lambda job, c: None),
+                    on_ready=ready, on_failed=failed)
+    app = create_app(worker, stats, AppConfig(model_id, aliases, o.api_key, o.max_body))
+    config = uvicorn.Config(app, host=o.host, port=o.port, log_level="error", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=2, timeout_keep_alive=5, server_header=False)
+    server = _Server(config, on_signal=lambda sig: worker.stop())
+    console.print(f"specli serve: loading {s.target} on {url} (GET /health answers 503 until ready)",
+                  markup=False, highlight=False, soft_wrap=True)
+    worker.start()
+    with dash if dash is not None else contextlib.nullcontext():
+        server.run()
+    worker.stop()
+    if not worker.join(EXIT_WAIT_S) and worker.rt is not None:
+        worker.rt.save_history()  # a step still runs in llama.cpp: keep what was served, then leave
+    if isinstance(worker.error, SpecliError):
+        raise worker.error
+    if worker.error is not None and server.signal is None:
+        raise worker.error
+    if server.signal == signal.SIGTERM:
+        console.print("specli serve: terminated", markup=False)
+        return EXIT_TERMINATED
+    if server.signal == signal.SIGINT:
+        console.print("specli serve: stopped", markup=False)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with specli's signal handling: the first SIGINT/SIGTERM stops the
+    worker and uvicorn gracefully, a second Ctrl-C forces it; nothing is re-raised after
+    (the process leaves with its own exit code once the history is saved)."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self.on_signal = on_signal
+        self.signal: int | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.signal is None:
+            self.signal = sig
+            self.on_signal(sig)
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True

@@ -1,0 +1,80 @@
+"""What the server shows: one log line per request, or (`--dashboard`) the same rows live
+in a rich table with the running request's figures updated as it generates."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+
+from specli import metrics
+from specli.serve.worker import Job, Record
+
+ROWS = 15
+
+
+def drafter_split(c: metrics.Counters) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.drafter_steps.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def cells(r: Record) -> list[str]:
+    c = r.counters
+    return [r.id, r.endpoint, str(r.status), f"{c.n_prompt} ({c.n_prompt_reused})", str(c.n_generated),
+            f"{metrics.acceptance_rate(c):.0%} ({c.n_accepted}/{c.n_drafted})",
+            f"{metrics.mean_accepted_length(c):.2f}", f"{metrics.decode_tokens_per_second(c):.1f}",
+            drafter_split(c), f"{r.queue_s:.2f}", f"{r.total_s:.2f}", r.finish]
+
+
+HEADERS = ["#", "endpoint", "status", "prompt (cached)", "generated", "acceptance", "tok/forward",
+           "decode tok/s", "drafters (steps)", "queue s", "total s", "finish"]
+
+
+def log_line(r: Record) -> str:
+    """`#12 chat 200 prompt 812 (cached 790) gen 256 acceptance 91% (230/252) 5.20 tok/forward ...`"""
+    v = dict(zip(HEADERS, cells(r)))
+    text = (f"#{r.id} {r.endpoint} {r.status} prompt {v['prompt (cached)'].replace('(', '(cached ')} "
+            f"gen {v['generated']} acceptance {v['acceptance']} {v['tok/forward']} tok/forward "
+            f"decode {v['decode tok/s']} tok/s drafters [{v['drafters (steps)']}] queue {v['queue s']}s "
+            f"total {v['total s']}s {r.finish}")
+    return text + (f": {r.error}" if r.error else "")
+
+
+class Dashboard:
+    """The last requests and the running one, redrawn by rich's own thread (4 per second)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.rows: deque[Record] = deque(maxlen=ROWS)
+        self.running: tuple[Job, metrics.Counters] | None = None
+        self.waiting = 0
+        self._lock = threading.Lock()
+        self._live = Live(console=console, refresh_per_second=4, get_renderable=self.render, transient=False)
+
+    def __enter__(self) -> Dashboard:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(None, None, None)
+
+    def progress(self, job: Job, counters: metrics.Counters) -> None:
+        self.running = (job, counters)
+
+    def record(self, r: Record) -> None:
+        with self._lock:
+            self.rows.append(r)
+            self.running = None
+
+    def render(self) -> RenderableType:
+        t = Table(*HEADERS, title="specli serve", title_justify="left")
+        with self._lock:
+            for r in self.rows:
+                t.add_row(*cells(r))
+        running = self.running
+        if running is not None:
+            job, c = running
+            t.add_row(*cells(Record(job.id, job.request.kind, 0, c, "generating", 0.0, 0.0)), style="bold")
+        return Group(t)

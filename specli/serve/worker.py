@@ -1,0 +1,311 @@
+"""The one generation thread: it loads the pair, warms it up, then serves jobs one at a
+time in arrival order from a bounded queue (mlx-lm's server shape). It owns the
+runtime; the HTTP side only submits jobs, reads what they push, and cancels them.
+
+A job pushes `Delta`s (new text), then one `Outcome`, or an `ApiError`. Cancelling is a
+flag checked between engine steps, so a dropped client costs at most one step; a job
+still waiting is taken out of the queue at once."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from specli import metrics, prompting
+from specli.engine import FINISH_STOP, generate
+from specli.errors import BackendError, ContextError, RpcError, SpecliError, UsageError
+from specli.profiles import NEEDS_DRAFT_MODEL, Settings
+from specli.runtime import Runtime, open_runtime
+from specli.serve.schema import ApiError, Outcome, Request, bad
+
+State = Literal["loading", "ready", "failed", "stopping"]
+WARMUP_PROMPT = "Say hello."
+SAVE_EVERY_S = 30.0  # the history store is written when idle, at most this often (and at exit)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """New text of a running job."""
+
+    text: str
+
+
+@dataclass
+class Job:
+    """One request on its way through the queue."""
+
+    id: str
+    request: Request
+    prompt: list[int]
+    settings: Settings
+    max_tokens: int
+    push: Callable[[Delta | Outcome | ApiError], None]  # thread-safe, to the request's reader
+    t_arrival: float = field(default_factory=time.perf_counter)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)  # taken off the queue
+    t_start: float | None = None
+
+
+@dataclass
+class Record:
+    """One finished job, for the log line, the dashboard and /metrics."""
+
+    id: str
+    endpoint: str
+    status: int
+    counters: metrics.Counters
+    finish: str
+    queue_s: float
+    total_s: float
+    error: str = ""
+
+
+class Worker:
+    """The generation thread and its queue. `on_record` hears every job that ends,
+    `on_ready` once the pair is loaded and warm, `on_failed` if loading fails."""
+
+    def __init__(self, settings: Settings, queue_max: int, *, recalibrate: bool = False,
+                 max_tokens_cap: int | None = None,
+                 on_record: Callable[[Record], None] = lambda r: None,
+                 on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
+                 on_ready: Callable[[Runtime], None] = lambda rt: None,
+                 on_failed: Callable[[BaseException], None] = lambda e: None) -> None:
+        self.settings = settings
+        self.queue_max = queue_max
+        self.recalibrate = recalibrate
+        self.max_tokens_cap = max_tokens_cap
+        self.on_record, self.on_progress = on_record, on_progress
+        self.on_ready, self.on_failed = on_ready, on_failed
+        self.state: State = "loading"
+        self.error: BaseException | None = None
+        self.rt: Runtime | None = None
+        self.running: Job | None = None
+        self._waiting: collections.deque[Job] = collections.deque()
+        self._cond = threading.Condition()
+        self._ids = itertools.count(1)
+        self._mean_s = 5.0  # mean job time, for Retry-After (updated as jobs end)
+        self._saved_at = time.monotonic()
+        self._thread = threading.Thread(target=self._main, name="specli-generation", daemon=True)
+
+    # -- the HTTP side ----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def ready_runtime(self) -> Runtime:
+        """The loaded runtime, or 503 while loading or stopping."""
+        if self.state != "ready" or self.rt is None:
+            what = {"loading": "the model is still loading", "stopping": "the server is shutting down",
+                    "failed": "the model failed to load"}[self.state]
+            raise ApiError(503, f"{what}; try again shortly", None, "unavailable",
+                           retry_after=5 if self.state == "loading" else None)
+        return self.rt
+
+    def new_job(self, request: Request, prompt: list[int], push: Callable[[Any], None]) -> Job:
+        """A job for `request` with its prompt tokens: the request's options laid over the
+        server's settings, checked against what this server has loaded (400 if not)."""
+        rt = self.ready_runtime()
+        o = request.options
+        s = self.settings
+        changes: dict[str, Any] = {k: v for k, v in (
+            ("temperature", o.temperature), ("top_p", o.top_p), ("top_k", o.top_k), ("min_p", o.min_p),
+            ("seed", o.seed), ("drafter", o.drafter), ("draft_max", o.draft_max)) if v is not None}
+        if o.stop:
+            changes["stop"] = o.stop
+        if o.exact is not None:
+            if o.exact and s.verify != "exact":
+                raise bad("specli.exact", "exact verification needs the server started with --exact "
+                                          "(its KV cache type is chosen when the model loads)")
+            changes["verify"] = "exact" if o.exact else "batch"
+        s = replace(s, **changes)
+        if s.drafter in NEEDS_DRAFT_MODEL and rt.draft is None:
+            raise bad("specli.drafter", f"drafter {s.drafter!r} needs a draft model, which this server has not "
+                                        "loaded (start it with --draft NAME, or ask for ngram, suffix or auto)")
+        n_ctx = rt.target.n_ctx
+        if len(prompt) >= n_ctx:
+            raise ApiError(400, f"the prompt is {len(prompt)} tokens but the context holds {n_ctx} "
+                                f"(shorten the prompt, or start the server with a larger --ctx)",
+                           "messages" if request.kind == "chat" else "prompt", "context_length_exceeded")
+        if o.max_tokens is not None and o.max_tokens > n_ctx:
+            raise bad("max_tokens", f"max_tokens is {o.max_tokens} but the context holds only {n_ctx} tokens")
+        max_tokens = o.max_tokens or self.max_tokens_cap or n_ctx
+        return Job(f"{next(self._ids)}", request, prompt, s, max_tokens, push)
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`; 503 with Retry-After when `queue_max` jobs already wait."""
+        with self._cond:
+            if self.state != "ready":
+                self.ready_runtime()
+            if len(self._waiting) >= self.queue_max:
+                wait = self._mean_s * (len(self._waiting) + 1)
+                raise ApiError(503, f"the server is busy: {len(self._waiting)} requests are waiting "
+                                    f"(at most {self.queue_max}); retry later", None, "queue_full",
+                               retry_after=max(1, math.ceil(wait)))
+            self._waiting.append(job)
+            self._cond.notify_all()
+
+    def cancel(self, job: Job) -> None:
+        """The client is gone: a waiting job leaves the queue, a running one stops at its
+        next step."""
+        job.cancelled.set()
+        with self._cond, contextlib.suppress(ValueError):
+            self._waiting.remove(job)
+
+    @property
+    def n_waiting(self) -> int:
+        return len(self._waiting)
+
+    def stop(self) -> None:
+        """Stop taking jobs: the running one ends at its next step, waiting ones get 503."""
+        with self._cond:
+            if self.state in ("ready", "loading"):
+                self.state = "stopping"
+            dropped = list(self._waiting)
+            self._waiting.clear()
+            self._cond.notify_all()
+        for job in dropped:
+            job.push(ApiError(503, "the server is shutting down", None, "shutting_down"))
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end (the runtime closed, the history saved); True if it did."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- the generation thread ------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self.rt = open_runtime(self.settings, recalibrate=self.recalibrate)
+            self._warm_up(self.rt)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            self.error = e
+            self.state = "failed"
+            self.on_failed(e)
+            if self.rt is not None:
+                with contextlib.suppress(Exception):
+                    self.rt.close()
+            return
+        with self._cond:
+            if self.state == "loading":
+                self.state = "ready"
+        if self.state == "ready":
+            self.on_ready(self.rt)
+        try:
+            while (job := self._next()) is not None:
+                self._serve(self.rt, job)
+        finally:
+            self.rt.close()  # saves the history store and any corrected costs
+
+    def _warm_up(self, rt: Runtime) -> None:
+        """One short generation (and the calibration, where auto needs one), unrecorded."""
+        s = replace(self.settings, history=False, max_tokens=4, stop=())
+        events = generate(rt.target, rt.prompt_tokens(WARMUP_PROMPT, s), rt.generation_config(s), rt.drafter(s))
+        for _ in events:
+            if self.state != "loading":
+                break
+        events.close()
+
+    def _next(self) -> Job | None:
+        with self._cond:
+            while not self._waiting and self.state == "ready":
+                if not self._cond.wait(timeout=SAVE_EVERY_S / 2):
+                    self._save_if_due()
+            if self.state != "ready":
+                return None
+            job = self._waiting.popleft()
+            self.running = job
+        return job
+
+    def _save_if_due(self) -> None:
+        if self.rt is not None and time.monotonic() - self._saved_at >= SAVE_EVERY_S:
+            self.rt.save_history()
+            self._saved_at = time.monotonic()
+
+    def _serve(self, rt: Runtime, job: Job) -> None:
+        job.t_start = time.perf_counter()
+        job.started.set()
+        counters = metrics.Counters(n_prompt=len(job.prompt))
+        status, error, finish = 200, "", "cancelled"
+        try:
+            counters, finish = self._generate(rt, job)
+        except SpecliError as e:
+            err = _api_error(e)
+            status, error, finish = err.status, e.one_line(), "error"
+            job.push(err)
+        except Exception as e:  # noqa: BLE001 - one request fails, the server goes on
+            status, error, finish = 500, f"{type(e).__name__}: {e}", "error"
+            job.push(ApiError(500, f"internal error: {type(e).__name__}: {e}", None, "internal_error"))
+        finally:
+            self.running = None
+            t_end = time.perf_counter()
+            self._mean_s = 0.8 * self._mean_s + 0.2 * (t_end - job.t_start)
+            self.on_record(Record(job.id, job.request.kind, 499 if finish == "cancelled" else status, counters,
+                                  finish, job.t_start - job.t_arrival, t_end - job.t_arrival, error))
+
+    def _generate(self, rt: Runtime, job: Job) -> tuple[metrics.Counters, str]:
+        s = job.settings
+        config = replace(rt.generation_config(s), max_tokens=job.max_tokens)
+        drafter = rt.drafter(s, keep=job.request.options.history)
+        counters = metrics.Counters(n_prompt=len(job.prompt))
+        parts: list[str] = []
+        tokens: list[int] = []
+        finish: str | None = None
+        events = generate(rt.target, job.prompt, config, drafter)
+        try:
+            for ev in events:
+                counters, finish = ev.counters, ev.finish_reason
+                tokens.extend(ev.tokens)
+                if ev.text:
+                    parts.append(ev.text)
+                    job.push(Delta(ev.text))
+                self.on_progress(job, counters)
+                if finish is None and (job.cancelled.is_set() or self.state != "ready"):
+                    finish = "cancelled" if job.cancelled.is_set() else "terminated"
+                    break
+        finally:
+            events.close()
+        finish = finish or "length"
+        queue_s = (job.t_start or job.t_arrival) - job.t_arrival
+        job.push(Outcome("".join(parts), "stop" if finish == FINISH_STOP else "length", counters, finish, queue_s,
+                         tokens if job.request.options.return_tokens else None))
+        return counters, finish
+
+
+def _api_error(e: SpecliError) -> ApiError:
+    """An engine or model error as the client's error."""
+    if isinstance(e, ContextError):
+        return ApiError(400, e.one_line(), None, "context_length_exceeded")
+    if isinstance(e, UsageError):
+        return ApiError(400, e.one_line(), None, "invalid_value")
+    if isinstance(e, RpcError):
+        return ApiError(503, e.one_line(), None, "rpc_server_lost")
+    if isinstance(e, BackendError):
+        return ApiError(500, e.one_line(), None, "backend_error")
+    return ApiError(500, e.one_line(), None, "internal_error")
+
+
+def prompt_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
+    """The target's tokens for a request: a completion's prompt as text (special-token
+    text parsed, as llama-server does), a chat through the same builder as `chat` and
+    `generate` (a system message, alternating turns ending with the user's), or any
+    other order of messages through the model's chat template."""
+    try:
+        if request.kind == "completion":
+            return rt.target.tokenize(request.prompt, add_special=True, parse_special=True)
+        msgs = list(request.messages)
+        system = msgs.pop(0)["content"] if msgs and msgs[0]["role"] == "system" else s.system
+        roles = [m["role"] for m in msgs]
+        simple = roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
+        if simple:
+            return prompting.prompt_tokens(rt.target, msgs[-1]["content"], msgs[:-1], system=system, raw=s.raw)
+        if s.raw or not rt.target.chat_template:
+            raise bad("messages", "without a chat template, messages must be alternating user and assistant "
+                                  "turns that end with the user's (or use /v1/completions)")
+        return rt.target.chat_tokens([*([{"role": "system", "content": system}] if system else []), *msgs])
+    except UsageError as e:
+        raise bad("messages" if request.kind == "chat" else "prompt", e.one_line()) from None
