@@ -26,7 +26,6 @@ from specli.serve.metrics import ServerMetrics
 from specli.serve.schema import ApiError, Ids, Outcome
 from specli.serve.worker import Delta, Job, Worker, prompt_tokens
 
-
 DRAIN_FACTOR = 8
 
 
