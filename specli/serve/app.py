@@ -5,6 +5,7 @@ server-sent events. They never touch llama.cpp or the engine's state themselves.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import time
@@ -57,7 +58,9 @@ def create_app(worker: Worker, stats: ServerMetrics, config: AppConfig) -> Starl
         if not given:
             raise ApiError(401, "no API key given: send the header Authorization: Bearer KEY", None,
                            "missing_api_key")
-        ok = hmac.compare_digest(token.strip().encode(), config.api_key.encode())
+        # digests of equal length: the comparison takes the same time whatever the key given
+        ok = hmac.compare_digest(hashlib.sha256(token.strip().encode()).digest(),
+                                 hashlib.sha256(config.api_key.encode()).digest())
         if scheme.lower() != "bearer" or not ok:
             raise ApiError(401, "incorrect API key", None, "invalid_api_key")
 
