@@ -17,7 +17,6 @@ draft_n_accepted; one forward emits the accepted tokens and one of its own).
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -26,6 +25,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from http.client import HTTPConnection
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -107,7 +107,7 @@ def stream_chat(base: str, messages: list[dict[str, str]], max_tokens: int, head
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
                        "stream_options": {"include_usage": True}})
-    conn = http.client.HTTPConnection(host, int(port), timeout=3600)
+    conn = HTTPConnection(host, int(port), timeout=3600)
     t0 = time.perf_counter()
     conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json", **headers})
     resp = conn.getresponse()
@@ -173,15 +173,22 @@ def run(args: argparse.Namespace) -> list[Result]:
         print(f"servers ready: {', '.join(systems)}", file=sys.stderr)
         results: list[Result] = []
         current = dict.fromkeys(systems, wl.FILE)
+        answers: dict[str, list[str]] = {name: [] for name in systems}
         for w in args.workloads.split(","):
             requests = wl.EDITS[: args.edits] if w == "edit" else wl.fresh_questions(args.fresh, Path(args.bench))
             for i, req in enumerate(requests):
                 for name, srv in systems.items():
-                    messages = wl.edit_prompt(current[name], req) if w == "edit" else req  # type: ignore[arg-type]
+                    if w == "fresh":
+                        messages = req  # type: ignore[assignment]
+                    elif args.edit_format == "chat":
+                        messages = wl.edit_chat(answers[name], wl.EDITS[: i + 1])
+                    else:
+                        messages = wl.edit_prompt(current[name], req)  # type: ignore[arg-type]
                     max_tokens = args.edit_max_tokens if w == "edit" else args.fresh_max_tokens
                     r = result(name, w, i, stream_chat(srv.base, messages, max_tokens, {}))  # type: ignore[attr-defined]
                     if w == "edit":
                         current[name] = wl.file_from_answer(r.text, current[name])
+                        answers[name].append(r.text)
                     results.append(r)
                     print(f"{w} {i} {name:28} {r.completion_tokens:5d} tok {r.wall_s:7.2f} s "
                           f"decode {r.decode_tps:6.1f} tok/s acc {r.accepted}/{r.drafted} "
@@ -246,6 +253,8 @@ def main() -> int:
     p.add_argument("--workloads", default="edit,fresh")
     p.add_argument("--spec-types", default=DEFAULT_SPEC_TYPES, help="llama-server --spec-type values; none = plain")
     p.add_argument("--edits", type=int, default=len(wl.EDITS))
+    p.add_argument("--edit-format", choices=("whole", "chat"), default="chat",
+                   help="carry the previous answer as the file (whole) or as the conversation (chat)")
     p.add_argument("--fresh", type=int, default=4)
     p.add_argument("--edit-max-tokens", type=int, default=1536)
     p.add_argument("--fresh-max-tokens", type=int, default=256)
@@ -258,7 +267,8 @@ def main() -> int:
     args = p.parse_args()
     results = run(args)
     rows = summary(results)
-    md = markdown(rows, results, f"specli serve vs llama-server, profile {args.profile}, {args.threads} threads")
+    md = markdown(rows, results, f"specli serve vs llama-server, profile {args.profile}, {args.threads} threads, "
+                                 f"edit format {args.edit_format}")
     print(md)
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "summary": rows,

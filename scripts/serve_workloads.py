@@ -1,8 +1,10 @@
 """The workloads scripts/bench_serve.py replays over HTTP (written for this project):
 
-- `edit`: an agentic edit session. One 100-200-line file, ten requests; each carries the
-  file as the previous answer left it and asks for one change, and the answer is the
-  whole file again (the "whole file" edit format of coding agents).
+- `edit`: an agentic edit session. One 100-200-line file, ten requests; each asks for one
+  change and carries the previous answer, and the answer is the whole file again (the
+  "whole file" edit format of coding agents). Two ways to carry it: `whole` sends the file
+  as the last answer left it with the next change in one message (an editor's one-shot
+  edit); `chat` sends the conversation so far, every earlier answer included (a chat agent).
 - `fresh`: coding questions answered from scratch, where little repeats (Spec-Bench's
   coding category, read from ../shared/bench, never copied here)."""
 
@@ -140,9 +142,18 @@ CODE_BLOCK = re.compile(r"```(?:python|py)?\n(.*?)```", re.S)
 
 
 def edit_prompt(current: str, instruction: str) -> list[dict[str, str]]:
-    """One request of the session: the file as it stands, then the change."""
+    """One request of a `whole` session: the file as the last answer left it, then the change."""
     user = f"Here is `{FILE_NAME}`:\n\n```python\n{current}```\n\n{instruction}"
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def edit_chat(answers: list[str], instructions: list[str]) -> list[dict[str, str]]:
+    """One request of a `chat` session: the first request with the file, then every earlier
+    answer and instruction as the conversation so far (as chat-based agents send it)."""
+    messages = edit_prompt(FILE, instructions[0])
+    for answer, instruction in zip(answers, instructions[1:]):
+        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": instruction}]
+    return messages
 
 
 def file_from_answer(answer: str, before: str) -> str:

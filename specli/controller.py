@@ -21,6 +21,7 @@ to store the corrected table.
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ DRIFT = 1.5  # observed / predicted cost beyond this factor (either way) is drif
 # batch priced at one step) is never corrected, and auto drafts 47-token draft-model runs
 # at 0.75x. Doubles while t1 holds, up to the cap; back to the start when it does not.
 PLAIN_EVERY = (32, 256)
+SEEN_MIN, SEEN_KEEP = 3, 5  # a batch size verified this often is priced by the median of its last costs
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -125,6 +127,10 @@ class AcceptanceStats:
             if i < n_accepted:
                 self.accepted[i] += 1.0
 
+    def depth(self, min_weight: float = 2.0) -> int:
+        """How many leading positions have been tried at least `min_weight` times (decayed)."""
+        return next((i for i, d in enumerate(self.drafted) if d < min_weight), len(self.drafted))
+
     def rates(self, k: int) -> list[float]:
         out: list[float] = []
         for i in range(k):
@@ -173,6 +179,11 @@ class Costs:
     _t1_off: int = field(default=0, init=False, repr=False)  # consecutive plain steps off by > DRIFT
     _since_plain: int = field(default=0, init=False, repr=False)  # verifications since a plain step
     _plain_every: int = field(default=PLAIN_EVERY[0], init=False, repr=False)
+    # batch size -> its last SEEN_KEEP costs in plain steps (one-batch verification), and
+    # the correction of the table they make (sizes ascending, observed / table)
+    _seen: dict[int, deque[float]] = field(default_factory=dict, init=False, repr=False)
+    _fix_sizes: list[int] = field(default_factory=list, init=False, repr=False)
+    _fix_values: list[float] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._t1 = Ema(self.t1, 0.2)
@@ -199,10 +210,27 @@ class Costs:
         return self._since_plain >= (1 if self._t1_off else self._plain_every)
 
     def batch_ratio(self, n: int) -> float:
-        """A batch of n tokens, in plain steps (one batch, however large)."""
+        """A batch of n tokens, in plain steps (one batch, however large): the table,
+        corrected by what batches verified lately cost (the median of each size's last
+        costs, SEEN_MIN of them at least; between sizes seen the correction is
+        interpolated, beyond them it stays flat), or at the current level where no size
+        has been seen enough. The table's shape drifts with the context: at 2,500 cached
+        tokens a 17-token batch cost 10 plain steps where the table (taken at 128) said
+        7.5, a 65-token one 25.7, not 21."""
         if n <= 1:
             return 1.0
-        return max(1.0, interpolate(self.sizes, self.ratios, n) * self.level)
+        table = interpolate(self.sizes, self.ratios, n)
+        if not self._fix_sizes:
+            return max(1.0, table * self.level)
+        m = min(max(n, self._fix_sizes[0]), self._fix_sizes[-1])
+        return max(1.0, table * interpolate(self._fix_sizes, self._fix_values, m))
+
+    def _refit(self) -> None:
+        """The correction at each size seen often enough: median cost / table."""
+        known = sorted((n, sorted(c)[len(c) // 2] / interpolate(self.sizes, self.ratios, n))
+                       for n, c in self._seen.items() if len(c) >= SEEN_MIN)
+        self._fix_sizes = [n for n, _ in known]
+        self._fix_values = [f for _, f in known]
 
     def verify_costs(self, k_max: int, reach: Sequence[float] | None = None) -> list[float]:
         """Seconds to verify k + 1 tokens, k = 0..k_max; in exact mode the expected
@@ -232,7 +260,10 @@ class Costs:
         self._since_plain += 1
         batches = self.decoded_batches(k, n_accepted)
         raw = sum(interpolate(self.sizes, self.ratios, n) for n in batches) * self.level * self.step
-        off = seconds / max(raw, self.step * len(batches))  # against what the controller priced
+        if self.chunk is None:
+            self._seen.setdefault(k + 1, deque(maxlen=SEEN_KEEP)).append(seconds / self.step)
+            self._refit()
+        off = seconds / max(raw, self.step * len(batches))  # against the table as priced without memory
         fix = seconds / raw if raw > 0 else 1.0  # against the table itself (it may be below 1)
         if off > DRIFT or off < 1 / DRIFT:
             self._off += 1
@@ -252,6 +283,8 @@ class Costs:
             self._plain_every = PLAIN_EVERY[0]
             if self._t1_off >= 2:  # twice in a row: t1 is wrong, not the moment
                 self._t1.value = seconds
+                self._seen.clear()  # ratios to the wrong t1
+                self._refit()
                 self.drifted = True
                 self._t1_off = 0
             return

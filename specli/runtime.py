@@ -24,7 +24,7 @@ from specli.backend import (
 )
 from specli.calibration import Calibration
 from specli.controller import Costs
-from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, NgramDrafter, SuffixDrafter
+from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, Learned, NgramDrafter, SuffixDrafter
 from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
@@ -57,9 +57,13 @@ class Runtime:
     n_common: int = 0
     notes: list[str] = field(default_factory=list)  # things the user should be told
     recalibrate: bool = False  # measure costs and numerics again instead of using the cache
+    # auto's acceptance carried from one generation to the next (a server, a chat); off for
+    # one-shot runs and for bench, whose generations are measured each from a cold start
+    learn_across: bool = False
     _calibration: Calibration | None = field(default=None, repr=False)
     _costs: dict[str, Costs] = field(default_factory=dict, repr=False)  # per verify mode
     _history: HistoryStore | None = field(default=None, repr=False)
+    _learned: dict[tuple[object, ...], Learned] = field(default_factory=dict, repr=False)
 
     def close(self) -> None:
         self.save_costs()
@@ -77,7 +81,9 @@ class Runtime:
         """The same settings loaded again, after an RPC server was lost and is back."""
         self.close()
         reconnect_rpc((*(self.settings.rpc or ()), *(self.settings.draft_rpc or ())))
-        return open_runtime(self.settings)
+        rt = open_runtime(self.settings)
+        rt.learn_across = self.learn_across
+        return rt
 
     def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None,
                 keep: bool = True) -> Drafter | None:
@@ -95,12 +101,20 @@ class Runtime:
             return suffix or ngram
         if s.drafter == "auto":
             model = self._draft_model_drafter(s) if self.draft is not None else None
-            return AutoDrafter(self.costs(s), model, ngram, suffix=suffix)
+            return AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s))
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
         if s.drafter == "hybrid":
             return HybridDrafter(self._draft_model_drafter(s), ngram)
         return self._draft_model_drafter(s)
+
+    def learned(self, s: Settings) -> Learned | None:
+        """auto's acceptance so far under settings that draft alike (None: start afresh)."""
+        if not self.learn_across:
+            return None
+        key = (s.temperature, s.top_k, s.top_p, s.min_p, s.draft_p_min, s.ngram_min, s.ngram_max, s.history,
+               s.verify)
+        return self._learned.setdefault(key, Learned())
 
     def _suffix_drafter(self, s: Settings, history: SuffixIndex | None, ngram: NgramDrafter,
                         keep: bool = True) -> SuffixDrafter | None:

@@ -166,7 +166,8 @@ def test_auto_learns_acceptance_per_match_length() -> None:
     from specli.drafters.auto import AutoDrafter
     from specli.drafters.ngram import NgramDrafter
 
-    # 4-gram matches continue as before, 2-gram matches never do
+    # 4-gram matches continue as before, the 2-gram [10, 11] never does (it has gone on in
+    # different ways before: its own key, (2, False))
     costs = Costs.from_measured([1.0, 1.2, 1.4, 1.6, 1.8], 0.0)
     costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     auto = AutoDrafter(costs, None, NgramDrafter(2, 4), explore_every=10**9)
@@ -177,7 +178,7 @@ def test_auto_learns_acceptance_per_match_length() -> None:
         future += [10, 11, 90 + r]  # a 2-gram seen before, then something new
         future += block  # repeats: once inside, the 4-gram suffix always matches
     _replay_auto(auto, history, future, 4)
-    assert auto.by_n["ngram"][2, True].rates(1)[0] < 0.2
+    assert auto.by_n["ngram"][2, False].rates(1)[0] < 0.2
     assert auto.by_n["ngram"][4, True].rates(1)[0] > 0.8
     late = _replay_auto(auto, history, [10, 11, 99, *block, 10, 11, 98, *block], 4)
     assert all(k == 0 for n, k in late if n == 2) and any(k > 0 for n, k in late if n == 4)
@@ -232,7 +233,8 @@ def test_auto_that_keeps_drafting_still_measures_plain_steps() -> None:
 def test_auto_lookup_drafts_grow_only_as_far_as_they_were_accepted() -> None:
     """Acceptance measured on short drafts says little about position 40: a lookup draft is
     at most twice as long as the run of its tokens accepted since its last rejection (8 at
-    first), and a rejection brings the cap back down to twice what that draft kept."""
+    first), or as far as drafts of its match kind have been tried (twice, decayed); a
+    rejection brings the cap back down to the larger of the two."""
     from specli.drafters.auto import FIRST_TRUST, AutoDrafter
     from specli.drafters.ngram import NgramDrafter
 
@@ -255,4 +257,62 @@ def test_auto_lookup_drafts_grow_only_as_far_as_they_were_accepted() -> None:
     history += d.tokens[:3] + [7]  # three kept, then the target says otherwise
     auto.accept(history, 3, 0.0)
     history += block[:12]
+    tried = auto.by_n["ngram"][12, True].depth()
+    assert FIRST_TRUST < tried < 64  # positions 0-47 were tried four times, 48-63 twice (decayed)
+    assert len(auto.propose(history, 64).tokens) == tried
+    auto.by_n["ngram"].clear()  # a match kind never tried starts at FIRST_TRUST again
+    history += block[12:24]
     assert len(auto.propose(history, 64).tokens) == FIRST_TRUST
+
+
+def test_batches_seen_correct_the_table_where_they_were_seen() -> None:
+    """Three verifications of a size price it by their median (one hiccup moves nothing);
+    sizes between two seen ones take the interpolated correction, sizes beyond them the
+    nearest one's."""
+    costs = Costs(1.0, [1, 2, 8, 32], [1.0, 2.0, 4.0, 8.0])
+    for seconds in (30.0, 6.0, 6.0):  # a hiccup, then a 5-token batch really costs 6 steps
+        costs.observe_verify(4, seconds)
+    assert costs.batch_ratio(5) == pytest.approx(6.0)  # the table said 3
+    assert costs.batch_ratio(2) == pytest.approx(2.0 * 6.0 / 3.0)  # below: the same correction, flat
+    for _ in range(3):
+        costs.observe_verify(31, 8.0)  # 32 tokens as the table says
+    assert costs.batch_ratio(32) == pytest.approx(8.0)
+    f = interpolate([5, 32], [6.0 / 3.0, 1.0], 16)
+    assert costs.batch_ratio(16) == pytest.approx(interpolate([1, 2, 8, 32], [1.0, 2.0, 4.0, 8.0], 16) * f)
+
+
+def test_auto_learns_from_lookups_it_did_not_draft() -> None:
+    """A lookup offered but not drafted is checked against the token the plain step
+    emitted: its match kind learns without paying for a draft."""
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    costs = Costs(1.0, [1, 2, 65], [1.0, 50.0, 100.0])  # drafting never pays: every step is plain
+    costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
+    auto = AutoDrafter(costs, None, NgramDrafter(3, 3), explore_every=10**9)
+    auto._interval = dict.fromkeys(auto._interval, 10**9)  # no probes either
+    block = list(range(100, 130))
+    history = [*block, *block[:3]]
+    auto.begin(history)
+    for tok in block[3:20]:  # the text repeats: every lookup's first token is right
+        assert auto.propose(history, 8).tokens == []
+        history.append(tok)
+        auto.accept(history, 0, 1.0)
+    stats = auto.by_n["ngram"][3, True]
+    assert stats.drafted[0] > 10 and stats.rates(1)[0] > 0.9
+    seen, hits = stats.drafted[0], stats.accepted[0]
+    for tok in range(500, 510):  # new text: the first token is a miss, then nothing is offered
+        auto.propose(history, 8)
+        history.append(tok)
+        auto.accept(history, 0, 1.0)
+    assert stats.drafted[0] == pytest.approx(seen * stats.decay + 1) and stats.accepted[0] == pytest.approx(hits * stats.decay)
+
+
+def test_ngram_match_reports_whether_earlier_occurrences_agreed() -> None:
+    from specli.drafters.ngram import NgramIndex
+
+    index = NgramIndex(2, 2)
+    history = [1, 2, 3, 9, 1, 2, 4, 9, 5, 6, 7, 9, 5, 6]
+    index.update(history)
+    assert index.lookup(history) == (10, 2, True)  # (5, 6) went on with 7 every time
+    assert index.lookup([*history, 0, 1, 2]) == (6, 2, False)  # (1, 2) went on with 3, then 4

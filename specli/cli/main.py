@@ -274,6 +274,7 @@ def chat(
     from specli.runtime import open_runtime
 
     rt = open_runtime(profiles.resolve_settings(profile, overrides), recalibrate=recalibrate)
+    rt.learn_across = True  # a turn's drafting starts from what the earlier turns showed
     print_notes(rt.notes)
     console = Console()
     session = ChatSession(rt, console, profile=profile, overrides=dict(overrides),

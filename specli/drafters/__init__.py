@@ -1,9 +1,9 @@
 """Drafters: each proposes tokens behind the `specli.types.Drafter` protocol."""
 
-from specli.drafters.auto import AutoDrafter
+from specli.drafters.auto import AutoDrafter, Learned
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.hybrid import HybridDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
 
-__all__ = ["AutoDrafter", "DraftModelDrafter", "HybridDrafter", "NgramDrafter", "SuffixDrafter"]
+__all__ = ["AutoDrafter", "Learned", "DraftModelDrafter", "HybridDrafter", "NgramDrafter", "SuffixDrafter"]

@@ -5,6 +5,7 @@ of highest expected tokens per second, or not at all (k = 0)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from specli.controller import AcceptanceStats, Choice, Costs, choose
 from specli.drafters.draft_model import DraftModelDrafter
@@ -17,13 +18,29 @@ OPTIMISTIC_ACCEPTANCE = 0.95
 PAYBACK_TOKENS = 128  # a draft model's catch-up must pay for itself within this many tokens
 MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
 # An index lookup drafts at most twice as far as its text has gone on matching lately (its
-# drafted tokens accepted since its last rejection; at least FIRST_TRUST): acceptance seen
-# on short drafts says little about position 40. Without a cap, four fully accepted 2-6
-# token drafts priced a 64-token draft at 1.65 tokens per step; it kept 3 (a near-tie went
-# the other way) and cost 30 plain steps. Capped by the last draft's size instead, k stuck
-# at 6 on an edit that 64-token drafts copied at 1.94x (1.28x).
+# drafted tokens accepted since its last rejection; at least FIRST_TRUST), or as far as
+# drafts of its match kind have been tried before: acceptance seen on short drafts says
+# little about position 40. Without a cap, four fully accepted 2-6 token drafts priced a
+# 64-token draft at 1.65 tokens per step; it kept 3 (a near-tie went the other way) and
+# cost 30 plain steps. Capped by the last draft's size instead, k stuck at 6 on an edit
+# that 64-token drafts copied at 1.94x (1.28x). Capped by the run alone, every change in
+# an edit session restarted at 5 -> 15 -> 52 tokens where 64 had been right all along.
 FIRST_TRUST = 8
 Match = tuple[int, bool]  # a lookup's match length, and whether every earlier occurrence agreed
+
+
+@dataclass
+class Learned:
+    """What auto has learned of acceptance: per drafter, and per lookup match. A runtime
+    that generates again and again (a server, a chat) hands the same one to each new
+    auto, so that its tenth request starts from what the first nine showed: a fresh one
+    took 45-58 plain steps of an edit that copied its previous answer before it trusted
+    the n-gram lookup (Q4_K_M, 2.5k-token chat)."""
+
+    acceptance: dict[str, AcceptanceStats] = field(default_factory=lambda: {
+        "draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5),
+        "suffix": AcceptanceStats(prior=0.5)})
+    by_n: dict[str, dict[Match, AcceptanceStats]] = field(default_factory=lambda: {"ngram": {}, "suffix": {}})
 
 
 class AutoDrafter:
@@ -36,18 +53,19 @@ class AutoDrafter:
         ngram: NgramDrafter | None = None,
         explore_every: int = 24,
         suffix: SuffixDrafter | None = None,
+        learned: Learned | None = None,
     ) -> None:
         self.costs = costs
         self.draft = draft
         self.ngram = ngram
         self.suffix = suffix  # earlier outputs (its n-gram index is `ngram`, asked here directly)
         self.explore_every = explore_every
-        self.acceptance = {"draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5),
-                           "suffix": AcceptanceStats(prior=0.5)}
+        learned = learned or Learned()
+        self.acceptance = learned.acceptance
         # index-lookup acceptance by match: (length, whether every earlier occurrence of the
         # matched text went on with the first drafted token). A 6-token match predicts far
         # better than a 3-token one, and one continuation better than the likeliest of several.
-        self.by_n: dict[str, dict[Match, AcceptanceStats]] = {"ngram": {}, "suffix": {}}
+        self.by_n = learned.by_n
         self.last = Choice("none", 0, 0.0)
         self._since_tried = {"draft": 0, "ngram": 0, "suffix": 0}
         # steps between probes of a drafter not chosen; doubles while probes fail, up to a cap
@@ -56,6 +74,7 @@ class AutoDrafter:
         self._used: tuple[str, int] | None = None
         self._match: dict[str, Match] = {"ngram": (0, True), "suffix": (0, True)}  # behind the last lookup
         self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
+        self._shadow: list[tuple[str, list[int], Match]] = []  # lookups offered but not drafted this step
 
     @property
     def decode_seconds(self) -> float:
@@ -72,20 +91,25 @@ class AutoDrafter:
     def propose(self, history: Sequence[int], k: int) -> Draft:
         available: dict[str, int] = {}
         lookups: dict[str, Draft] = {}
-        # a lookup is asked for no more than it may draft (its continuation's prefix is the same)
-        trusted = {name: min(k, max(FIRST_TRUST, 2 * run)) for name, run in self._run.items()}
+        # a lookup is asked for no more than any of its match kinds may draft (below)
+        asked = {name: min(k, max(FIRST_TRUST, 2 * run, *(s.depth() for s in self.by_n[name].values())))
+                 for name, run in self._run.items()}
         if self.ngram is not None:
-            lookups["ngram"] = self.ngram.propose(history, trusted["ngram"])
-            self._match["ngram"] = (self.ngram.last_match_n, True)
+            lookups["ngram"] = self.ngram.propose(history, asked["ngram"])
+            self._match["ngram"] = (self.ngram.last_match_n, self.ngram.last_agreed)
         if self.suffix is not None:
-            lookups["suffix"] = self.suffix.from_store(history, trusted["suffix"])
+            lookups["suffix"] = self.suffix.from_store(history, asked["suffix"])
             last = self.suffix.last
             self._match["suffix"] = (last.match_len, last.support[0] == last.n_occurrences) if last else (0, True)
         stats = dict(self.acceptance)
         for name, d in lookups.items():
-            available[name] = len(d.tokens)
             if d.tokens:
                 stats[name] = self._stats_by_n(name, self._match[name])
+                # a lookup drafts no further than its text has gone on matching lately, or
+                # than drafts of this match kind have been seen to reach
+                trusted = max(FIRST_TRUST, 2 * self._run[name], stats[name].depth())
+                d.tokens = d.tokens[:trusted]
+            available[name] = len(d.tokens)
         pending = 1
         if self.draft is not None:
             available["draft"] = k
@@ -106,6 +130,8 @@ class AutoDrafter:
                 self._probing = name
                 break
         self.last = choice
+        self._shadow = [(name, d.tokens, self._match[name]) for name, d in lookups.items()
+                        if d.tokens and name != choice.drafter]
         if choice.drafter in lookups:
             d = Draft(lookups[choice.drafter].tokens[: choice.k], None, choice.drafter)
         elif choice.drafter == "draft" and self.draft is not None:
@@ -171,8 +197,22 @@ class AutoDrafter:
                 if name in self.by_n:
                     self._stats_by_n(name, self._match[name]).update(n_drafted, n_accepted)
             self._used = None
+        self._learn_from_shadows(history[len(history) - n_accepted - 1 :])
         if self.draft is not None:
             self.draft.accept(history, n_accepted, verify_seconds)
+
+    def _learn_from_shadows(self, emitted: Sequence[int]) -> None:
+        """A lookup offered but not drafted is checked against the tokens the step emitted:
+        free evidence for its match's acceptance (greedy: whether the target chose its
+        tokens; sampling: P(the target's draw equals a one-hot draft) is what rejection
+        sampling would have accepted with). Without it a match kind never drafted kept its
+        prior: after each change an edit copying its last answer took 10-15 plain steps
+        whose 3-11-token matches were all right before a 12-token match was trusted."""
+        for name, tokens, match in self._shadow:
+            n = min(len(tokens), len(emitted))
+            hit = next((i for i in range(n) if tokens[i] != emitted[i]), n)
+            self._stats_by_n(name, match).update(n, hit)
+        self._shadow = []
 
     def end(self, history: Sequence[int]) -> None:
         for d in (self.draft, self.ngram, self.suffix):

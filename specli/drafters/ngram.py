@@ -1,7 +1,8 @@
 """Prompt-lookup drafting: continue the longest recent n-gram match in the history.
 
 The index maps each n-gram (n_min..n_max) to where its most recent earlier
-occurrence continues; it is updated incrementally as tokens arrive, never rebuilt.
+occurrence continues, and whether every earlier occurrence went on with the same token;
+it is updated incrementally as tokens arrive, never rebuilt.
 Drafts carry no probabilities (a one-hot q), so both verifications stay lossless.
 """
 
@@ -18,32 +19,41 @@ class NgramIndex:
             raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
         self.n_min, self.n_max = n_min, n_max
         self._maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self._mixed: set[tuple[int, ...]] = set()  # n-grams seen going on in different ways
         self._n_indexed = 0  # n-grams ending before this position are in the maps
 
     def reset(self) -> None:
         for m in self._maps.values():
             m.clear()
+        self._mixed.clear()
         self._n_indexed = 0
 
     def update(self, history: Sequence[int]) -> None:
         """Index every n-gram that ends before the last token (it has a continuation)."""
         end = len(history) - 1
         for j in range(self._n_indexed, end):
+            nxt = history[j + 1]
             for n, m in self._maps.items():
                 if j + 1 >= n:
-                    m[tuple(history[j + 1 - n : j + 1])] = j + 1
+                    gram = tuple(history[j + 1 - n : j + 1])
+                    old = m.get(gram)
+                    if old is not None and history[old] != nxt:
+                        self._mixed.add(gram)
+                    m[gram] = j + 1
         self._n_indexed = max(self._n_indexed, end)
 
-    def lookup(self, history: Sequence[int]) -> tuple[int, int]:
-        """(start of the continuation, n of the match) for the longest n-gram suffix
-        of `history` seen before; (-1, 0) when none."""
+    def lookup(self, history: Sequence[int]) -> tuple[int, int, bool]:
+        """(start of the continuation, n of the match, whether every earlier occurrence
+        went on alike) for the longest n-gram suffix of `history` seen before;
+        (-1, 0, True) when none."""
         for n in range(self.n_max, self.n_min - 1, -1):
             if len(history) < n:
                 continue
-            pos = self._maps[n].get(tuple(history[len(history) - n :]))
+            gram = tuple(history[len(history) - n :])
+            pos = self._maps[n].get(gram)
             if pos is not None:
-                return pos, n
-        return -1, 0
+                return pos, n, gram not in self._mixed
+        return -1, 0, True
 
 
 class NgramDrafter:
@@ -54,6 +64,7 @@ class NgramDrafter:
         self.index = NgramIndex(n_min, n_max)
         self.is_eog = is_eog or (lambda t: False)
         self.last_match_n = 0
+        self.last_agreed = True  # every earlier occurrence of the last match went on alike
 
     def begin(self, history: Sequence[int]) -> None:
         # history may have been rewritten (a new chat turn): rebuild from scratch
@@ -62,8 +73,8 @@ class NgramDrafter:
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         self.index.update(history)
-        pos, n = self.index.lookup(history)
-        self.last_match_n = n
+        pos, n, agreed = self.index.lookup(history)
+        self.last_match_n, self.last_agreed = n, agreed
         if pos < 0 or k <= 0:
             return Draft(source=self.name)
         tokens: list[int] = []

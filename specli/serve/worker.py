@@ -181,6 +181,7 @@ class Worker:
     def _main(self) -> None:
         try:
             self.rt = open_runtime(self.settings, recalibrate=self.recalibrate)
+            self.rt.learn_across = True  # each request starts from what the earlier ones showed
             self._warm_up(self.rt)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
