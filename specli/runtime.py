@@ -24,7 +24,14 @@ from specli.backend import (
 )
 from specli.calibration import Calibration
 from specli.controller import Costs
-from specli.drafters import AutoDrafter, DraftModelDrafter, HybridDrafter, Learned, NgramDrafter, SuffixDrafter
+from specli.drafters import (
+    AutoDrafter,
+    DraftModelDrafter,
+    HybridDrafter,
+    Learned,
+    NgramDrafter,
+    SuffixDrafter,
+)
 from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
