@@ -83,6 +83,18 @@ def _time_batch(model: LanguageModel, base: int, tokens: Sequence[int]) -> tuple
     return dt, head
 
 
+def prefill_logit_diff(target: LanguageModel, context: Sequence[int]) -> float:
+    """Largest |logit| difference between `context` decoded in one batch and one token at
+    a time: how far an engine that splits prefill and verification into other batches
+    than specli does (llama-cpp-python's own generator) may move a logit. On SmolLM2 with
+    an AVX-512 build batches of up to 33 rows were bit-exact but a 128-token one moved
+    logits by 1.2, and llama-cpp-python's output left specli's at a 0.14 gap."""
+    one, _ = _one_token_rows(target, 0, context)
+    rows = target.decode(context, range(len(context))).copy()
+    target.rollback(0)
+    return float(np.abs(rows - one).max())
+
+
 def exact_batch_from(exact: dict[int, bool]) -> int:
     """Largest c such that every tested batch size <= c was bit-exact (1 if none)."""
     c = 1

@@ -60,7 +60,8 @@ def command(opts: BenchOptions, *, verifier: Verifier | None = None, console: Co
     if failure is not None and not result.records:
         raise failure
 
-    divergences = divergences_of(result.records, result.numerics.get("tie_bound"))
+    divergences = divergences_of(result.records, result.numerics.get("tie_bound"),
+                                 result.numerics.get("peer_tie_bounds"))
     mismatches = [x for x in divergences if x.verdict == "mismatch"]
     rows = aggregate(result.records, [m.name for m in plan.modes])
     best = best_mode(plan, rows) if (opts.sweep or opts.write_profile) else None

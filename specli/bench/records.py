@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -194,13 +194,16 @@ def mode_token_gap(baseline: Record, diff: int, token: int | None) -> float | No
     return gaps.get(token) if token is not None else None
 
 
-def check_lossless(records: Sequence[Record], tie_bound: float | None = None) -> list[Divergence]:
+def check_lossless(records: Sequence[Record], tie_bound: float | None = None,
+                   mode_bounds: Mapping[str, float] | None = None) -> list[Divergence]:
     """Compare each generation with its baseline's (both at temperature 0) and mark it
-    `match`, `near-tie`, `mismatch` or `unchecked`. Returns the divergences (near-ties
+    `match`, `near-tie`, `mismatch` or `unchecked`; `mode_bounds` gives a mode its own
+    near-tie bound (a peer that batches differently). Returns the divergences (near-ties
     included, each with its `verdict`)."""
     base = {r.key: r for r in records if r.mode == BASELINE}
     out = []
     for r in records:
+        bound = (mode_bounds or {}).get(r.mode, tie_bound)
         r.first_diff = None
         if r.mode == BASELINE:
             r.lossless = "baseline"
@@ -212,27 +215,29 @@ def check_lossless(records: Sequence[Record], tie_bound: float | None = None) ->
         bt, mt = b.tokens, r.tokens
         diff = first_difference(bt, mt)
         r.first_diff = diff
-        r.lossless = "match" if diff is None else classify_divergence(b, r, diff, tie_bound)
+        r.lossless = "match" if diff is None else classify_divergence(b, r, diff, bound)
         if diff is not None:
             margins = b.margins or []
             out.append(Divergence(
                 r.mode, r.prompt_id, r.prompt_index, r.category, r.repeat, r.turn, diff, r.lossless, r.verify,
                 bt[diff] if diff < len(bt) else None, mt[diff] if diff < len(mt) else None,
                 margins[diff][0] if diff < len(margins) else None, margins[diff][1] if diff < len(margins) else None,
-                tie_bound, len(bt), len(mt), mode_token_gap(b, diff, mt[diff] if diff < len(mt) else None),
+                bound, len(bt), len(mt), mode_token_gap(b, diff, mt[diff] if diff < len(mt) else None),
             ))
     return out
 
 
-def divergences_of(records: Sequence[Record], tie_bound: float | None) -> list[Divergence]:
+def divergences_of(records: Sequence[Record], tie_bound: float | None,
+                   mode_bounds: Mapping[str, float] | None = None) -> list[Divergence]:
     """Speedups and the lossless check, in place; returns every divergence."""
     add_speedups(records)
-    return check_lossless(records, tie_bound)
+    return check_lossless(records, tie_bound, mode_bounds)
 
 
-def finish_records(records: Sequence[Record], tie_bound: float | None = None) -> list[Divergence]:
+def finish_records(records: Sequence[Record], tie_bound: float | None = None,
+                   mode_bounds: Mapping[str, float] | None = None) -> list[Divergence]:
     """`divergences_of`, keeping only the mismatches (near-ties stay in the records)."""
-    return [x for x in divergences_of(records, tie_bound) if x.verdict == "mismatch"]
+    return [x for x in divergences_of(records, tie_bound, mode_bounds) if x.verdict == "mismatch"]
 
 
 def _median(xs: Sequence[float]) -> float | None:

@@ -22,7 +22,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from specli import profiles
+from specli import calibration, profiles
 from specli.bench import peers
 from specli.bench.modes import LLAMA_CPP, Mode
 from specli.bench.peers import Generated
@@ -208,7 +208,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
             progress_console: Console | None = None) -> None:
     """Load the models and run every generation, appending records to `result` as
     they finish (so an interrupted run keeps what it measured)."""
-    from specli.runtime import open_runtime
+    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT, open_runtime
 
     result.machine = machine_info()
     rt = open_runtime(plan.runtime, recalibrate=plan.opts.recalibrate)
@@ -223,6 +223,10 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
             cal = rt.calibration()
             result.numerics = {"exact_batch": cal.exact_batch, "max_logit_diff": cal.max_logit_diff,
                                "tie_bound": cal.tie_bound}
+            if peer is not None and plan.peer is not None:  # it prefills and verifies in batches of its own
+                context = rt.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
+                noise = max(cal.max_logit_diff, calibration.prefill_logit_diff(rt.target, context))
+                result.numerics["peer_tie_bounds"] = {plan.peer.name: 2.0 * noise}
             result.costs = {"t1": cal.t1, "sizes": list(cal.sizes), "ratios": list(cal.ratios)}
         runner = _Runner(plan, rt, peer, verifier)
         if any(m.drafter == LLAMA_CPP for m in plan.peers):
