@@ -82,7 +82,14 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
     if not is_local(o.host) and not o.api_key:
         console.print(INSECURE_WARNING.format(host=o.host, port=o.port), style="bold red", markup=False)
     stats = ServerMetrics()
-    dash = Dashboard(console) if o.dashboard else None
+    worker: Worker | None = None
+
+    def status() -> str:
+        waiting = worker.n_waiting if worker is not None else 0
+        return (f"{sum(stats.requests.values())} served, {waiting} waiting; {stats.generation_tokens} tokens "
+                f"generated, {stats.accepted_tokens}/{stats.draft_tokens} drafted accepted")
+
+    dash = Dashboard(console, status) if o.dashboard else None
     model_id, aliases = model_names(s.target)
     url = f"http://{o.host if ':' not in o.host else f'[{o.host}]'}:{o.port}/v1"
     server: _Server | None = None

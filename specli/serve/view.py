@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -45,11 +46,11 @@ def log_line(r: Record) -> str:
 class Dashboard:
     """The last requests and the running one, redrawn by rich's own thread (4 per second)."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, status: Callable[[], str] = lambda: "") -> None:
         self.console = console
+        self.status = status
         self.rows: deque[Record] = deque(maxlen=ROWS)
         self.running: tuple[Job, metrics.Counters] | None = None
-        self.waiting = 0
         self._lock = threading.Lock()
         self._live = Live(console=console, refresh_per_second=4, get_renderable=self.render, transient=False)
 
@@ -69,7 +70,7 @@ class Dashboard:
             self.running = None
 
     def render(self) -> RenderableType:
-        t = Table(*HEADERS, title="specli serve", title_justify="left")
+        t = Table(*HEADERS, title="specli serve", title_justify="left", caption=self.status(), caption_justify="left")
         with self._lock:
             for r in self.rows:
                 t.add_row(*cells(r))

@@ -49,7 +49,6 @@ class Job:
     push: Callable[[Delta | Outcome | ApiError], None]  # thread-safe, to the request's reader
     t_arrival: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    started: threading.Event = field(default_factory=threading.Event)  # taken off the queue
     t_start: float | None = None
 
 
@@ -229,11 +228,11 @@ class Worker:
 
     def _serve(self, rt: Runtime, job: Job) -> None:
         job.t_start = time.perf_counter()
-        job.started.set()
         counters = metrics.Counters(n_prompt=len(job.prompt))
         status, error, finish = 200, "", "cancelled"
         try:
-            counters, finish = self._generate(rt, job)
+            if not job.cancelled.is_set():  # its client left while it was being taken off the queue
+                counters, finish = self._generate(rt, job)
         except SpecliError as e:
             err = _api_error(e)
             status, error, finish = err.status, e.one_line(), "error"
