@@ -91,14 +91,13 @@ class AutoDrafter:
     def propose(self, history: Sequence[int], k: int) -> Draft:
         available: dict[str, int] = {}
         lookups: dict[str, Draft] = {}
-        # a lookup is asked for no more than any of its match kinds may draft (below)
-        asked = {name: min(k, max(FIRST_TRUST, 2 * run, *(s.depth() for s in self.by_n[name].values())))
-                 for name, run in self._run.items()}
-        if self.ngram is not None:
-            lookups["ngram"] = self.ngram.propose(history, asked["ngram"])
+        if self.ngram is not None:  # a slice of the history: cut below to what it may draft
+            lookups["ngram"] = self.ngram.propose(history, k)
             self._match["ngram"] = (self.ngram.last_match_n, self.ngram.last_agreed)
-        if self.suffix is not None:
-            lookups["suffix"] = self.suffix.from_store(history, asked["suffix"])
+        if self.suffix is not None:  # the store builds what it is asked for: no more than any match kind may draft
+            depth = max((s.depth() for s in self.by_n["suffix"].values()), default=0)
+            asked = min(k, max(FIRST_TRUST, 2 * self._run["suffix"], depth))
+            lookups["suffix"] = self.suffix.from_store(history, asked)
             last = self.suffix.last
             self._match["suffix"] = (last.match_len, last.support[0] == last.n_occurrences) if last else (0, True)
         stats = dict(self.acceptance)
