@@ -127,6 +127,11 @@ class AcceptanceStats:
             if i < n_accepted:
                 self.accepted[i] += 1.0
 
+    def fade(self, factor: float) -> None:
+        """Weigh everything seen so far by `factor` (the rates stay, new evidence counts more)."""
+        self.drafted = [d * factor for d in self.drafted]
+        self.accepted = [a * factor for a in self.accepted]
+
     def depth(self, min_weight: float = 2.0) -> int:
         """How many leading positions have been tried at least `min_weight` times (decayed)."""
         return next((i for i, d in enumerate(self.drafted) if d < min_weight), len(self.drafted))

@@ -121,7 +121,9 @@ class Runtime:
             return None
         key = (s.temperature, s.top_k, s.top_p, s.min_p, s.draft_p_min, s.ngram_min, s.ngram_max, s.history,
                s.verify)
-        return self._learned.setdefault(key, Learned())
+        learned = self._learned.setdefault(key, Learned())
+        learned.fade()
+        return learned
 
     def _suffix_drafter(self, s: Settings, history: SuffixIndex | None, ngram: NgramDrafter,
                         keep: bool = True) -> SuffixDrafter | None:

@@ -188,16 +188,23 @@ def test_auto_probes_less_often_while_probes_fail() -> None:
     from specli.drafters.auto import AutoDrafter
     from specli.drafters.ngram import NgramDrafter
 
-    costs = Costs.from_measured([1.0, 1.5, 2.0], 0.0)
+    costs = Costs.from_measured([1.0, 1.9, 2.9], 0.0)  # at 0.75 acceptance drafting does not pay
     costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
-    auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=4)
-    auto.acceptance["ngram"] = AcceptanceStats(prior=0.0, prior_weight=1e9)  # never chosen, only probed
     # every 2-gram recurs but is always followed by something new: each probe fails
     future = [t for r in range(300) for t in (1, 2, 100 + r)]
+    auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=4)
+    auto.acceptance["ngram"] = AcceptanceStats(prior=0.0, prior_weight=1e9)  # never chosen, only probed
+    # estimates that cannot learn (a stretch of text that looks right, then is not)
+    auto.by_n["ngram"] = {(2, a): AcceptanceStats(prior=0.75, prior_weight=1e9) for a in (True, False)}
     steps = _replay_auto(auto, [1, 2, 3], future, 2)
     probes = sum(1 for _, k in steps if k > 0)
     assert 0 < probes < len(steps) / 4 / 3  # without back-off: about one step in 4
     assert all(k <= 1 for _, k in steps)  # a probe drafts one token
+    # estimates that learn from what the lookup offered (shadows): no probe where it fails
+    auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=4)
+    auto.acceptance["ngram"] = AcceptanceStats(prior=0.0, prior_weight=1e9)
+    steps = _replay_auto(auto, [1, 2, 3], future, 2)
+    assert sum(1 for _, k in steps if k > 0) <= 1
 
 
 def test_auto_that_keeps_drafting_still_measures_plain_steps() -> None:
