@@ -102,11 +102,12 @@ class LlamaServer:
         self.log.close()
 
 
-def stream_chat(base: str, messages: list[dict[str, str]], max_tokens: int, headers: dict[str, str]) -> dict:
-    """One streamed greedy chat completion, timed by the client."""
+def stream_chat(base: str, messages: list[dict[str, str]], max_tokens: int, headers: dict[str, str],
+                extra: dict | None = None) -> dict:
+    """One streamed greedy chat completion, timed by the client; `extra` joins the body."""
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}})
+                       "stream_options": {"include_usage": True}, **(extra or {})})
     conn = HTTPConnection(host, int(port), timeout=3600)
     t0 = time.perf_counter()
     conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json", **headers})

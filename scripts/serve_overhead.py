@@ -52,7 +52,7 @@ def main() -> int:
                                                           "drafter": drafter, "max_tokens": args.max_tokens})
             for i, text in enumerate(prompts):
                 messages = [{"role": "user", "content": text}]
-                h = stream_chat(srv.base, messages, args.max_tokens, {})
+                h = stream_chat(srv.base, messages, args.max_tokens, {}, {"specli": {"drafter": drafter}})
                 own = run(rt.target, rt.prompt_tokens(text, sd), rt.generation_config(sd), rt.drafter(sd)).counters
                 n = int(h["usage"]["completion_tokens"])
                 http_decode = (n - 1) / (h["last"] - h["first"])
