@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from http.client import HTTPConnection
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
@@ -179,6 +180,7 @@ def run(args: argparse.Namespace) -> list[Result]:
             requests = wl.EDITS[: args.edits] if w == "edit" else wl.fresh_questions(args.fresh, Path(args.bench))
             for i, req in enumerate(requests):
                 for name, srv in systems.items():
+                    messages: list[dict[str, str]]
                     if w == "fresh":
                         messages = req  # type: ignore[assignment]
                     elif args.edit_format == "chat":
@@ -204,7 +206,7 @@ def run(args: argparse.Namespace) -> list[Result]:
 def summary(results: list[Result]) -> list[dict]:
     """Per workload and system: session wall time, decode tok/s (tokens / decode time,
     pooled), tokens per forward, acceptance; the session's ratio to specli's."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w in dict.fromkeys(r.workload for r in results):
         by_sys: dict[str, list[Result]] = {}
         for r in results:
@@ -221,10 +223,10 @@ def summary(results: list[Result]) -> list[dict]:
                          "tokens_per_forward": (n - len(rs)) / forwards if forwards > 0 else 0.0,
                          "acceptance": accepted / drafted if drafted else 0.0,
                          "same_text_as_specli": sum(r.text == o.text for r, o in zip(rs, by_sys["specli"]))})
-        specli_wall = next(r["wall_s"] for r in rows if r["workload"] == w and r["system"] == "specli")
-        for r in rows:
-            if r["workload"] == w:
-                r["specli_speedup"] = r["wall_s"] / specli_wall
+        specli_wall = next(row["wall_s"] for row in rows if row["workload"] == w and row["system"] == "specli")
+        for row in rows:
+            if row["workload"] == w:
+                row["specli_speedup"] = row["wall_s"] / specli_wall
     return rows
 
 
