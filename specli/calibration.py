@@ -51,9 +51,13 @@ class Calibration:
 
     @property
     def tie_bound(self) -> float:
-        """Largest gap between two logits that batching noise can close: each of the two
-        may move by up to max_logit_diff."""
-        return 2.0 * self.max_logit_diff
+        return tie_bound(self.max_logit_diff)
+
+
+def tie_bound(max_logit_diff: float) -> float:
+    """Largest gap between two logits that batching noise can close: each of the two
+    may move by up to max_logit_diff."""
+    return 2.0 * max_logit_diff
 
 
 def cache_file() -> Path:

@@ -230,12 +230,19 @@ class Costs:
         m = min(max(n, self._fix_sizes[0]), self._fix_sizes[-1])
         return max(1.0, table * interpolate(self._fix_sizes, self._fix_values, m))
 
-    def _refit(self) -> None:
-        """The correction at each size seen often enough: median cost / table."""
-        known = sorted((n, sorted(c)[len(c) // 2] / interpolate(self.sizes, self.ratios, n))
-                       for n, c in self._seen.items() if len(c) >= SEEN_MIN)
-        self._fix_sizes = [n for n, _ in known]
-        self._fix_values = [f for _, f in known]
+    def _refit(self, n: int) -> None:
+        """Size n's correction, once seen SEEN_MIN times: its median cost / the table (only
+        the size just observed changes; the others' medians and table values stay)."""
+        costs = self._seen[n]
+        if len(costs) < SEEN_MIN:
+            return
+        fix = sorted(costs)[len(costs) // 2] / interpolate(self.sizes, self.ratios, n)
+        i = bisect.bisect_left(self._fix_sizes, n)
+        if i < len(self._fix_sizes) and self._fix_sizes[i] == n:
+            self._fix_values[i] = fix
+        else:
+            self._fix_sizes.insert(i, n)
+            self._fix_values.insert(i, fix)
 
     def verify_costs(self, k_max: int, reach: Sequence[float] | None = None) -> list[float]:
         """Seconds to verify k + 1 tokens, k = 0..k_max; in exact mode the expected
@@ -267,7 +274,7 @@ class Costs:
         raw = sum(interpolate(self.sizes, self.ratios, n) for n in batches) * self.level * self.step
         if self.chunk is None:
             self._seen.setdefault(k + 1, deque(maxlen=SEEN_KEEP)).append(seconds / self.step)
-            self._refit()
+            self._refit(k + 1)
         off = seconds / max(raw, self.step * len(batches))  # against the table as priced without memory
         fix = seconds / raw if raw > 0 else 1.0  # against the table itself (it may be below 1)
         if off > DRIFT or off < 1 / DRIFT:
@@ -289,7 +296,8 @@ class Costs:
             if self._t1_off >= 2:  # twice in a row: t1 is wrong, not the moment
                 self._t1.value = seconds
                 self._seen.clear()  # ratios to the wrong t1
-                self._refit()
+                self._fix_sizes.clear()
+                self._fix_values.clear()
                 self.drifted = True
                 self._t1_off = 0
             return

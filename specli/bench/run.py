@@ -226,7 +226,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
             if peer is not None and plan.peer is not None:  # it prefills and verifies in batches of its own
                 context = rt.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
                 noise = max(cal.max_logit_diff, calibration.prefill_logit_diff(rt.target, context))
-                result.numerics["peer_tie_bounds"] = {plan.peer.name: 2.0 * noise}
+                result.numerics["peer_tie_bounds"] = {plan.peer.name: calibration.tie_bound(noise)}
             result.costs = {"t1": cal.t1, "sizes": list(cal.sizes), "ratios": list(cal.ratios)}
         runner = _Runner(plan, rt, peer, verifier)
         if any(m.drafter == LLAMA_CPP for m in plan.peers):
