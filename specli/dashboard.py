@@ -67,6 +67,10 @@ def stats_table(c: metrics.Counters, rolling_tps: float | None = None) -> Table:
     split = metrics.time_split(c)
     total = sum(split.values()) or 1.0
     t.add_row("time", "  ".join(f"{k} {v:.2f}s ({v / total:.0%})" for k, v in split.items()))
+    if c.n_target_forwards:
+        h = metrics.host_ms_per_forward(c)
+        t.add_row("host/forward", f"{h['total']:.2f} ms outside llama.cpp (" +
+                  ", ".join(f"{k} {h[k]:.2f}" for k in metrics.HOST_PARTS) + f"), llama.cpp {h['llama']:.1f} ms")
     if c.t_first_token is not None:
         t.add_row("first token", f"{c.t_first_token * 1000:.0f} ms")
     if c.drafter_steps:
@@ -99,8 +103,8 @@ class Dashboard:
         self.last = ev
         self.segments.extend(ev.segments)
         self.rolling.add(time.perf_counter(), ev.counters.n_generated)
-        if self._live is not None:
-            self._live.update(self.render())
+        # drawn by Live's own refresh, 8 times a second: rendering per step redrew the whole
+        # text every step (its cost grew with the answer, and steps can be 3 ms apart)
 
     def text(self) -> Text:
         return colored_text(self.segments, self.color_draft)
@@ -118,7 +122,7 @@ class Dashboard:
         return Group(*parts)
 
     def __enter__(self) -> Dashboard:
-        self._live = Live(self.render(), console=self.console, refresh_per_second=8, transient=True)
+        self._live = Live(console=self.console, refresh_per_second=8, transient=True, get_renderable=self.render)
         self._live.__enter__()
         return self
 

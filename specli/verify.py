@@ -29,11 +29,11 @@ def verify_greedy(draft_tokens: Sequence[int], target_logits: Sequence[Row]) -> 
     mismatching row, or of the last row (the bonus token) when everything matched.
     """
     for i, d_i in enumerate(draft_tokens):
-        best = int(np.argmax(target_logits[i]))
+        best = int(target_logits[i].argmax())
         if best != d_i:
             return Verdict(n_accepted=i, next_token=best)
     n_draft = len(draft_tokens)
-    return Verdict(n_accepted=n_draft, next_token=int(np.argmax(target_logits[n_draft])))
+    return Verdict(n_accepted=n_draft, next_token=int(target_logits[n_draft].argmax()))
 
 
 def verify_rejection(

@@ -35,6 +35,11 @@ from specli.errors import BackendError, ContextError, ModelError, RpcError
 from specli.gguf.format import TOKENS_KEY, GgufArray
 
 T = TypeVar("T")
+# llama_get_logits answering a plain address (llama_cpp's own answers a ctypes pointer,
+# 3 casts a step); a separate function object, so llama_cpp's is left as it is
+_get_logits = llama_cpp.llama_cpp._lib["llama_get_logits"]
+_get_logits.argtypes = [ctypes.c_void_p]
+_get_logits.restype = ctypes.c_void_p
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
@@ -97,6 +102,16 @@ class Model:
         self.exact_batch = 1
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        # numpy views of the batch's arrays: a step fills them in a few slice writes
+        # (ctypes item writes and a set per token cost 39 us of a 330 us plain step)
+        self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
+        for i in range(self.n_batch):
+            b.seq_id[i][0] = 0
+        self._outputs: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of the outputs
         self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
         self.decode_seconds = 0.0  # time spent inside llama_decode
         self._dirty = False  # a decode was interrupted before self.tokens was updated
@@ -195,37 +210,43 @@ class Model:
         if self._dirty:
             llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
             self._dirty = False
-        rows = list(logit_rows)
-        if rows and (rows != sorted(rows) or rows[0] < 0 or rows[-1] >= n):
-            raise BackendError(f"logit rows {rows} are not ascending indices into {n} tokens")
+        rows = logit_rows if isinstance(logit_rows, range) and logit_rows.step == 1 else list(logit_rows)
+        if rows and (rows[0] < 0 or rows[-1] >= n or (isinstance(rows, list) and rows != sorted(rows))):
+            raise BackendError(f"logit rows {list(rows)} are not ascending indices into {n} tokens")
+        if n <= self.n_batch:  # the usual case: one llama_decode, the rows read in place
+            self._decode_chunk(tokens, rows)
+            return self._rows_view(len(rows)) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
         parts: list[np.ndarray] = []
-        start = 0
-        step = self.n_batch
-        while start < n:
-            end = min(n, start + step)
+        for start in range(0, n, self.n_batch):
+            end = min(n, start + self.n_batch)
             chunk_rows = [r - start for r in rows if start <= r < end]
             self._decode_chunk(tokens[start:end], chunk_rows)
             if chunk_rows:
-                view = self._rows_view(chunk_rows)
+                view = self._rows_view(len(chunk_rows))
                 # rows of an earlier chunk are overwritten by the next decode: copy them
                 parts.append(view if end == n else view.copy())
-            start = end
         if not parts:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _decode_chunk(self, tokens: Sequence[int], rows: Sequence[int]) -> None:
-        b = self._batch
-        assert b is not None
+        """One llama_decode of `tokens` (at most n_batch), logits for `rows` (ascending)."""
         n = len(tokens)
         pos0 = self.n_past
-        want = set(rows)
-        for i, tok in enumerate(tokens):
-            b.token[i] = tok
-            b.pos[i] = pos0 + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = i in want
+        if n == 1:
+            self._b_token[0] = tokens[0]
+            self._b_pos[0] = pos0
+            self._b_logits[0] = 1 if rows else 0
+        else:
+            self._b_token[:n] = tokens
+            self._b_pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+            self._b_logits[:n] = 0
+            if isinstance(rows, range):
+                self._b_logits[rows.start:rows.stop] = 1
+            else:
+                self._b_logits[list(rows)] = 1
+        b = self._batch
+        assert b is not None
         b.n_tokens = n
         self._dirty = True
         t0 = time.perf_counter()
@@ -237,7 +258,7 @@ class Model:
             self._dirty = False
             reasons = {1: "no free KV-cache slot (context full)", 2: "aborted", -1: "invalid batch"}
             raise BackendError(f"llama_decode failed: {reasons.get(rc, f'error {rc}')}")
-        self.tokens.extend(int(t) for t in tokens)
+        self.tokens.extend(map(int, tokens))
         self._dirty = False
 
     def _decode_synced(self, b: Any) -> int:
@@ -247,19 +268,20 @@ class Model:
             llama_cpp.llama_synchronize(self._ctx)
         return rc
 
-    def _rows_view(self, rows: Sequence[int]) -> np.ndarray:
-        ptrs = [llama_cpp.llama_get_logits_ith(self._ctx, r) for r in rows]
-        if any(not p for p in ptrs):
-            raise BackendError(f"llama.cpp returned no logits for rows {list(rows)}")
-        addr0 = ctypes.cast(ptrs[0], ctypes.c_void_p).value or 0
-        row_bytes = self.n_vocab * 4
-        contiguous = all(
-            (ctypes.cast(p, ctypes.c_void_p).value or 0) == addr0 + i * row_bytes
-            for i, p in enumerate(ptrs)
-        )
-        if contiguous:
-            return np.ctypeslib.as_array(ptrs[0], shape=(len(rows), self.n_vocab))
-        return np.stack([np.ctypeslib.as_array(p, shape=(self.n_vocab,)) for p in ptrs])
+    def _rows_view(self, n_rows: int) -> np.ndarray:
+        """The last decode's `n_rows` logits rows, in batch order, read in place: llama.cpp
+        keeps the outputs of one batch contiguous. Views are kept per (address, rows),
+        the address asked each time (the buffer moves when a larger batch needs more)."""
+        addr = _get_logits(self._ctx)
+        if not addr:
+            raise BackendError(f"llama.cpp returned no logits for {n_rows} rows")
+        view = self._outputs.get((addr, n_rows))
+        if view is None:
+            if len(self._outputs) > 256:
+                self._outputs.clear()
+            ptr = ctypes.cast(addr, ctypes.POINTER(ctypes.c_float))
+            view = self._outputs[(addr, n_rows)] = np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
+        return view
 
     # -- text ----------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:

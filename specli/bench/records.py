@@ -276,6 +276,7 @@ class Row:
     compared: int
     mean_draft_length: float | None = None  # tokens drafted per target forward
     ms_per_forward: float | None = None  # one target forward's wall time (network included over RPC)
+    host_ms: dict[str, float] | None = None  # specli's own work per forward (metrics.host_ms_per_forward)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -315,6 +316,8 @@ def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
         sum(1 for v in verdicts if v in COMPARED),
         mean_draft_length=metrics.mean_draft_length(pooled) if pooled.n_target_forwards else None,
         ms_per_forward=metrics.ms_per_forward(pooled) if pooled.n_target_forwards else None,
+        # a peer (a C++ program, or llama-cpp-python's own loop) has no such account
+        host_ms=metrics.host_ms_per_forward(pooled) if pooled.t_llama_verify > 0 else None,
     )
 
 

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specli import profiles
+from specli import metrics, profiles
 from specli.bench.prompts import split_list
 from specli.bench.records import COMPARED, Divergence, Record, Row
 from specli.bench.run import BenchResult, warm_json
@@ -30,8 +30,11 @@ tau         mean accepted length = tokens emitted per target forward pass after 
 acc@pos     acceptance by position: P(draft token i accepted | it was drafted), i = 1, 2, ...
 TTFT        time to first token (prefill and first sample), median over the row.
 split       share of wall time in prefill / drafting / verifying (target forward passes) / other.
-overhead    python overhead = share of wall time spent outside llama.cpp decode calls.
 ms/forward  wall time of one target forward (verify batch), pooled; over RPC the network is in it.
+host ms/forward  specli's own work per target forward after the prefill, outside llama.cpp's
+            decode calls: total, then drafting (lookups, draft-model glue) / verification
+            (reading rows, argmax or rejection) / the controller's pricing / the text layer
+            (detokenizing, stop strings) / the rest (the engine's bookkeeping, the caller).
 drafted/forward  tokens drafted per target forward (the draft length chosen), pooled.
 lossless    at temperature 0 every mode's token ids must equal the baseline's for the same
             prompt, repeat and turn; a mismatch is reported with the first differing position
@@ -82,13 +85,20 @@ def _split(row: Row) -> str:
     return "/".join(f"{s[k] * 100:.0f}" for k in ("prefill", "draft", "verify", "other"))
 
 
-DETAIL_COLUMNS = ("mode", "acc@pos 1..", "split % prefill/draft/verify/other", "overhead", "ms/forward",
-                  "drafted/forward")
+DETAIL_COLUMNS = ("mode", "acc@pos 1..", "split % prefill/draft/verify/other", "ms/forward",
+                  "host ms/forward: " + "/".join(metrics.HOST_PARTS), "drafted/forward")
+
+
+def _host(row: Row) -> str:
+    h = row.host_ms
+    if h is None:
+        return "-"
+    return f"{h['total']:.2f}: " + "/".join(f"{h[k]:.2f}" for k in metrics.HOST_PARTS)
 
 
 def detail_cells(row: Row) -> list[str]:
-    return [row.mode, _positions(row), _split(row), _f(row.python_overhead_fraction, ".0%"),
-            _f(row.ms_per_forward, ".0f"), _f(row.mean_draft_length, ".1f")]
+    return [row.mode, _positions(row), _split(row), _f(row.ms_per_forward, ".0f"), _host(row),
+            _f(row.mean_draft_length, ".1f")]
 
 
 def table_rows(rows: Sequence[Row]) -> list[Row]:
@@ -158,7 +168,7 @@ CSV_COLUMNS = (
     "n_prompt", "n_prompt_reused", "n_generated", "tokens_per_second", "decode_tokens_per_second", "speedup",
     "decode_speedup", "verify",
     "time_to_first_token_s", "t_prefill_s", "t_draft_s", "t_verify_s", "t_other_s", "t_total_s", "t_llama_s",
-    "python_overhead_fraction", "n_target_forwards", "n_step_tokens", "n_drafted", "n_accepted",
+    "python_overhead_fraction", "host_ms_per_forward", "n_target_forwards", "n_step_tokens", "n_drafted", "n_accepted",
     "acceptance_rate", "mean_accepted_length", "acceptance_by_position", "lossless", "first_diff",
 )
 
@@ -172,6 +182,7 @@ def csv_text(records: Sequence[Record]) -> str:
         for k in ("prefill", "draft", "verify", "other", "total"):
             flat[f"t_{k}_s"] = flat["time_s"][k]
         flat["acceptance_by_position"] = ";".join(f"{a:.4f}" for a in flat["acceptance_by_position"])
+        flat["host_ms_per_forward"] = f"{flat['host_ms_per_forward']['total']:.4f}" if r.counters.t_llama_verify > 0 else None
         w.writerow(["" if flat.get(c) is None else flat[c] for c in CSV_COLUMNS])
     return buf.getvalue()
 

@@ -4,6 +4,7 @@ of highest expected tokens per second, or not at all (k = 0)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -89,6 +90,7 @@ class AutoDrafter:
         self._match: dict[str, Match] = {"ngram": (0, True), "suffix": (0, True)}  # behind the last lookup
         self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
         self._shadow: list[tuple[str, list[int], Match]] = []  # lookups offered but not drafted this step
+        self.control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
 
     @property
     def decode_seconds(self) -> float:
@@ -114,6 +116,7 @@ class AutoDrafter:
             lookups["suffix"] = self.suffix.from_store(history, asked)
             last = self.suffix.last
             self._match["suffix"] = (last.match_len, last.support[0] == last.n_occurrences) if last else (0, True)
+        t_control = time.perf_counter()
         stats = dict(self.acceptance)
         for name, d in lookups.items():
             if d.tokens:
@@ -147,6 +150,7 @@ class AutoDrafter:
         self.last = choice
         self._shadow = [(name, d.tokens, self._match[name]) for name, d in lookups.items()
                         if d.tokens and name != choice.drafter]
+        self.control_seconds += time.perf_counter() - t_control
         if choice.drafter in lookups:
             d = Draft(lookups[choice.drafter].tokens[: choice.k], None, choice.drafter)
         elif choice.drafter == "draft" and self.draft is not None:
@@ -195,6 +199,7 @@ class AutoDrafter:
         return by_n[match]
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
+        t_control = time.perf_counter()
         if self._used is not None:
             name, n_drafted = self._used
             self.costs.observe_verify(n_drafted, verify_seconds, n_accepted)
@@ -213,6 +218,7 @@ class AutoDrafter:
                     self._stats_by_n(name, self._match[name]).update(n_drafted, n_accepted)
             self._used = None
         self._learn_from_shadows(history[len(history) - n_accepted - 1 :])
+        self.control_seconds += time.perf_counter() - t_control
         if self.draft is not None:
             self.draft.accept(history, n_accepted, verify_seconds)
 

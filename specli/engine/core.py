@@ -125,15 +125,19 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
             f"the prompt is {len(prompt)} tokens, {over} more than the {target.n_ctx}-token context allows",
             "shorten the prompt or raise --ctx",
         )
-    t_start = time.perf_counter()
+    clock = time.perf_counter
+    t_start = clock()
     c = Counters(n_prompt=len(prompt))
     llama_t0 = _llama_seconds(target, drafter)
     rng = np.random.default_rng(config.sampling.seed)
+    mark = t_start  # the end of the last phase timed: every moment lands in one counter
 
     def step(emitted: list[int], n_drafted: int, n_accepted: int, name: str, reason: FinishReason | None) -> Step:
         stop_token = emitted.pop() if reason == FINISH_STOP and emitted and target.is_eog(emitted[-1]) else None
         c.n_generated += len(emitted)
-        c.t_total = time.perf_counter() - t_start
+        now = clock()
+        c.t_loop += now - mark
+        c.t_total = now - t_start
         if c.t_first_token is None:
             c.t_first_token = c.t_total
         c.t_llama = _llama_seconds(target, drafter) - llama_t0
@@ -150,7 +154,8 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
     target.decode(prompt[n_reuse:-1])
     logits = target.decode(prompt[-1:], [0])
     verdict = verifier(_EMPTY, logits, config.sampling, rng)
-    c.t_prefill = time.perf_counter() - t_start
+    mark = clock()
+    c.t_prefill = mark - t_start
     emitted, reason = cut_at_stop([verdict.next_token], target.is_eog, config.max_tokens)
     history.extend(emitted)
     yield step(list(emitted), 0, 0, "prefill", reason)
@@ -158,6 +163,7 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         return
 
     while True:
+        mark = _resumed(c, t_start, clock)
         remaining = config.max_tokens - c.n_generated
         room = target.n_ctx - target.n_past - 1  # positions left after the last token
         if room < 0:
@@ -166,14 +172,19 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         k = max(0, min(config.draft_max, remaining - 1, room))
 
         # 2. draft
-        t0 = time.perf_counter()
-        draft = drafter.propose(history, k) if drafter is not None and k > 0 else _EMPTY
-        if len(draft.tokens) > k:
-            draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
-        t1 = time.perf_counter()
+        t0 = clock()
+        if drafter is not None and k > 0:
+            llama0, control0 = drafter.decode_seconds, _control_seconds(drafter)
+            draft = drafter.propose(history, k)
+            if len(draft.tokens) > k:
+                draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
+        else:
+            draft = _EMPTY
+        t1 = clock()
 
         # 3. verify [last, d1..dk]: one target batch, or exact chunks decoded as far as accepted
         n_before = target.n_past
+        verify0 = target.decode_seconds
         batch = [history[-1], *draft.tokens]
         rows: Rows = (
             _ChunkedRows(target, batch, target.exact_batch) if config.exact
@@ -184,20 +195,44 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
 
         # 4. keep the accepted prefix in the target cache; the next token is decoded next step
         target.rollback(n_before + 1 + n_acc)
-        t2 = time.perf_counter()
-        c.t_draft += t1 - t0
-        c.t_verify += t2 - t1
+        t2 = clock()
+        c.t_llama_verify += target.decode_seconds - verify0
 
         emitted, reason = cut_at_stop([*draft.tokens[:n_acc], verdict.next_token], target.is_eog, remaining)
         history.extend(emitted)
+        c.t_loop += t0 - mark
+        c.t_draft += t1 - t0
+        c.t_verify += t2 - t1
         if drafter is not None:
+            if k == 0:
+                llama0, control0 = drafter.decode_seconds, _control_seconds(drafter)
+            t3 = clock()
             drafter.accept(history, n_acc, t2 - t1)
+            mark = clock()
+            c.t_accept += mark - t3
+            c.t_loop += t3 - t2
+            c.t_llama_draft += drafter.decode_seconds - llama0
+            c.t_control += _control_seconds(drafter) - control0
+        else:
+            mark = t2
         n_acc_emitted = min(n_acc, len(emitted))
         name = (draft.source or (drafter.name if drafter is not None else "draft")) if draft.tokens else "none"
         c.record_step(name, len(draft.tokens), n_acc_emitted, len(emitted))
         yield step(list(emitted), len(draft.tokens), n_acc_emitted, name, reason)
         if reason is not None:
             return
+
+
+def _resumed(c: Counters, t_start: float, clock: Callable[[], float]) -> float:
+    """The caller hands control back: the time since the last step was stamped was its."""
+    now = clock()
+    c.t_outside += now - (t_start + c.t_total)
+    return now
+
+
+def _control_seconds(drafter: Drafter) -> float:
+    """Seconds a drafter spent choosing and learning (auto's controller); 0 for others."""
+    return float(getattr(drafter, "control_seconds", 0.0))
 
 
 def _llama_seconds(target: LanguageModel, drafter: Drafter | None) -> float:

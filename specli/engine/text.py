@@ -4,6 +4,7 @@ stop strings (holding back text that may begin one), and splits the text by orig
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -57,7 +58,9 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
     detok = target.stream_detokenizer()
     stops = StopStrings(stop)
     segments = _Segments()
+    t_text = 0.0
     for step in steps:
+        t0 = time.perf_counter()
         reason = step.finish_reason
         n = step.n_accepted
         new = [(detok.push(step.tokens[:n]), True), (detok.push(step.tokens[n:]), False)]
@@ -70,6 +73,8 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
         if reason is not None:
             safe += stops.flush()
         from_draft = [i < n for i in range(len(step.tokens))]
+        t_text += time.perf_counter() - t0
+        step.counters.t_text = t_text  # this step's own snapshot: the text layer's share of t_outside
         yield StepEvent(step.tokens, safe, segments.take(len(safe)), from_draft, step.n_drafted, n,
                         step.drafter, step.counters, reason, step.stop_token)
         if reason is not None:
