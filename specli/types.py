@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -67,11 +67,17 @@ class LanguageModel(Protocol):
     tokens: list[int]
     decode_seconds: float
     exact_batch: int  # largest batch bit-identical to one-token decoding (measured)
+    device_argmax: bool  # greedy argmax computed in llama.cpp's graph (decode_argmax)
 
     @property
     def n_past(self) -> int: ...
 
     def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray: ...
+
+    def decode_argmax(self, tokens: Sequence[int]) -> Callable[[int], int]:
+        """`decode` with every row asked, returning row i's argmax instead of the rows
+        (computed by llama.cpp where `device_argmax`)."""
+        ...
 
     def rollback(self, n_keep: int) -> None: ...
 

@@ -28,12 +28,18 @@ def verify_greedy(draft_tokens: Sequence[int], target_logits: Sequence[Row]) -> 
     the row's argmax (lowest index on ties); `next_token` is the argmax of the first
     mismatching row, or of the last row (the bonus token) when everything matched.
     """
+    return match_greedy(draft_tokens, lambda i: int(target_logits[i].argmax()))
+
+
+def match_greedy(draft_tokens: Sequence[int], argmax_at: Callable[[int], int]) -> Verdict:
+    """`verify_greedy` given each row's argmax (`argmax_at(i)`, asked in order, only as far
+    as the first mismatch)."""
     for i, d_i in enumerate(draft_tokens):
-        best = int(target_logits[i].argmax())
+        best = argmax_at(i)
         if best != d_i:
             return Verdict(n_accepted=i, next_token=best)
     n_draft = len(draft_tokens)
-    return Verdict(n_accepted=n_draft, next_token=int(target_logits[n_draft].argmax()))
+    return Verdict(n_accepted=n_draft, next_token=argmax_at(n_draft))
 
 
 def verify_rejection(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -333,3 +334,51 @@ def test_qwen_pair_sampling_matches_target_distribution(qwen_target: Model, qwen
     assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
     observed = tv({k: v / n for k, v in seen.items()}, exact)
     assert observed < bound, (observed, bound)
+
+
+def test_argmax_in_llama_cpp_graph_equals_argmax_of_the_rows(smol: Model) -> None:
+    """decode_argmax (the greedy sampler in llama.cpp's graph) against numpy's argmax of the
+    same batch's rows, and whole greedy generations with and without it."""
+    assert smol.device_argmax
+    prompt = chat(smol, "List five rivers of Europe and one fact about each.")
+    smol.reset()
+    smol.decode(prompt[:-1])
+    n0 = smol.n_past
+    batch = [prompt[-1], *run(smol, prompt, greedy(24)).tokens[:20]]
+    smol.rollback(n0)
+    argmax_at = smol.decode_argmax(batch)
+    in_graph = [argmax_at(i) for i in range(len(batch))]
+    smol.rollback(n0)
+    rows = smol.decode(batch, range(len(batch)))
+    assert in_graph == [int(r.argmax()) for r in rows]
+
+    def rows_verifier(*args):  # type: ignore[no-untyped-def]
+        return verify_step(*args)  # not the default verifier: the engine reads the rows
+
+    for k in (0, 4):
+        drafter = NgramDrafter() if k else None
+        in_graph_run = run(smol, prompt, greedy(64, k), drafter)
+        rows_run = run(smol, prompt, greedy(64, k), NgramDrafter() if k else None, rows_verifier)
+        assert in_graph_run.tokens == rows_run.tokens
+
+
+@pytest.mark.parametrize("drafter_kind", ["none", "ngram"])
+def test_host_split_adds_up_to_the_wall_time(smol: Model, drafter_kind: str) -> None:
+    """Prefill + every host part + llama.cpp's decode calls = the wall time the caller
+    measured around the whole generation (within 5 %), each part non-negative."""
+    from specli.metrics import HOST_PARTS, host_ms_per_forward
+
+    prompt = chat(smol, "Repeat this line three times: the quick brown fox jumps over the lazy dog.")
+    smol.reset()
+    drafter = NgramDrafter() if drafter_kind == "ngram" else None
+    t0 = time.perf_counter()
+    out = run(smol, prompt, greedy(80, 6), drafter)
+    wall = time.perf_counter() - t0
+    c = out.counters
+    h = host_ms_per_forward(c)
+    assert all(h[k] >= 0 for k in HOST_PARTS) and h["llama"] > 0
+    accounted = c.t_prefill + (h["total"] + h["llama"]) * c.n_target_forwards / 1000
+    assert accounted == pytest.approx(wall, rel=0.05)
+    assert 0 < c.t_text <= c.t_outside
+    if drafter is not None:
+        assert c.n_drafted > 0 and c.t_draft > 0

@@ -20,7 +20,7 @@ from specli.errors import ContextError, UsageError
 from specli.metrics import Counters
 from specli.sampling import probs_from_logits
 from specli.types import Draft, Drafter, FinishReason, LanguageModel, SamplingParams, Verdict
-from specli.verify import cut_at_stop, verify_greedy, verify_rejection
+from specli.verify import cut_at_stop, match_greedy, verify_greedy, verify_rejection
 
 FINISH_STOP: FinishReason = "stop"  # end-of-generation token or stop string
 FINISH_LENGTH: FinishReason = "length"  # max_tokens reached
@@ -152,8 +152,12 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
     # the last prompt token is decoded alone, so its logits (and the first token) do not
     # depend on how much of the prompt was cached: large batches take other kernels
     target.decode(prompt[n_reuse:-1])
-    logits = target.decode(prompt[-1:], [0])
-    verdict = verifier(_EMPTY, logits, config.sampling, rng)
+    # greedy with the default verifier: the rows' argmax as llama.cpp computed it, rows unread
+    in_graph = target.device_argmax and verifier is verify_step and config.sampling.greedy and not config.exact
+    if in_graph:
+        verdict = match_greedy([], target.decode_argmax(prompt[-1:]))
+    else:
+        verdict = verifier(_EMPTY, target.decode(prompt[-1:], [0]), config.sampling, rng)
     mark = clock()
     c.t_prefill = mark - t_start
     emitted, reason = cut_at_stop([verdict.next_token], target.is_eog, config.max_tokens)
@@ -186,11 +190,14 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         n_before = target.n_past
         verify0 = target.decode_seconds
         batch = [history[-1], *draft.tokens]
-        rows: Rows = (
-            _ChunkedRows(target, batch, target.exact_batch) if config.exact
-            else target.decode(batch, range(len(batch)))
-        )
-        verdict = verifier(draft, rows, config.sampling, rng)
+        if in_graph:
+            verdict = match_greedy(draft.tokens, target.decode_argmax(batch))
+        else:
+            rows: Rows = (
+                _ChunkedRows(target, batch, target.exact_batch) if config.exact
+                else target.decode(batch, range(len(batch)))
+            )
+            verdict = verifier(draft, rows, config.sampling, rng)
         n_acc = verdict.n_accepted
 
         # 4. keep the accepted prefix in the target cache; the next token is decoded next step

@@ -59,23 +59,29 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
     stops = StopStrings(stop)
     segments = _Segments()
     t_text = 0.0
+    clock = time.perf_counter
     for step in steps:
-        t0 = time.perf_counter()
+        t0 = clock()
         reason = step.finish_reason
-        n = step.n_accepted
-        new = [(detok.push(step.tokens[:n]), True), (detok.push(step.tokens[n:]), False)]
+        tokens, n = step.tokens, step.n_accepted
+        from_draft_text = detok.push(tokens[:n]) if n else ""
+        own_text = detok.push(tokens[n:]) if len(tokens) > n else ""
         if reason is not None:
-            new.append((detok.flush(), False))
-        segments.add(new)
-        safe = stops.push("".join(t for t, _ in new))
-        if stops.stopped:
-            reason = FINISH_STOP
-        if reason is not None:
-            safe += stops.flush()
-        from_draft = [i < n for i in range(len(step.tokens))]
-        t_text += time.perf_counter() - t0
+            own_text += detok.flush()
+        new = [p for p in ((from_draft_text, True), (own_text, False)) if p[0]]
+        if stops.stops:  # text that may begin a stop string is held back
+            segments.add(new)
+            safe = stops.push(from_draft_text + own_text)
+            if stops.stopped:
+                reason = FINISH_STOP
+            if reason is not None:
+                safe += stops.flush()
+            shown = segments.take(len(safe))
+        else:
+            safe, shown = from_draft_text + own_text, new
+        t_text += clock() - t0
         step.counters.t_text = t_text  # this step's own snapshot: the text layer's share of t_outside
-        yield StepEvent(step.tokens, safe, segments.take(len(safe)), from_draft, step.n_drafted, n,
+        yield StepEvent(tokens, safe, shown, [True] * n + [False] * (len(tokens) - n), step.n_drafted, n,
                         step.drafter, step.counters, reason, step.stop_token)
         if reason is not None:
             return
