@@ -336,9 +336,12 @@ def test_qwen_pair_sampling_matches_target_distribution(qwen_target: Model, qwen
     assert observed < bound, (observed, bound)
 
 
-def test_argmax_in_llama_cpp_graph_equals_argmax_of_the_rows(smol: Model) -> None:
-    """decode_argmax (the greedy sampler in llama.cpp's graph) against numpy's argmax of the
-    same batch's rows, and whole greedy generations with and without it."""
+def test_argmax_in_llama_cpp_graph_equals_argmax_of_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """decode_argmax (the greedy sampler in llama.cpp's graph, off by default on CPU)
+    against numpy's argmax of the same batch's rows, and whole greedy generations with and
+    without it."""
+    monkeypatch.setenv("SPECLI_DEVICE_ARGMAX", "on")
+    smol = Model(model_file(SMOL), LoadOptions(n_ctx=2048))
     assert smol.device_argmax
     prompt = chat(smol, "List five rivers of Europe and one fact about each.")
     smol.reset()
@@ -360,6 +363,9 @@ def test_argmax_in_llama_cpp_graph_equals_argmax_of_the_rows(smol: Model) -> Non
         in_graph_run = run(smol, prompt, greedy(64, k), drafter)
         rows_run = run(smol, prompt, greedy(64, k), NgramDrafter() if k else None, rows_verifier)
         assert in_graph_run.tokens == rows_run.tokens
+    smol.close()
+    monkeypatch.setenv("SPECLI_DEVICE_ARGMAX", "auto")
+    assert not Model(model_file(SMOL), LoadOptions(n_ctx=512)).device_argmax  # the CPU's default
 
 
 @pytest.mark.parametrize("drafter_kind", ["none", "ngram"])

@@ -27,6 +27,7 @@ from specli.backend.system import (
     KV_TYPES,
     LoadOptions,
     default_threads,
+    device_argmax,
     last_log_error,
     resolved_kernels,
 )
@@ -156,8 +157,8 @@ class Model:
         verification reads one token a row instead of a vocabulary-sized row gone cold
         in the CPU's caches by the time Python reads it (53 of 120 us a plain step with
         Qwen2.5's 151,936 tokens). The rows themselves stay readable (the sampler's copy
-        of them). Not over RPC (untested there)."""
-        if self.remote:
+        of them). Where it is used: backend.system.device_argmax."""
+        if not device_argmax(self.opts):
             return None
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         llama_cpp.llama_sampler_chain_add(chain, llama_cpp.llama_sampler_init_greedy())
