@@ -142,9 +142,11 @@ def test_exact_chunks_are_priced_by_the_chance_of_reaching_them() -> None:
 
 # ------------------------------------------------------------------ auto drafter (n-gram only)
 
-def _replay_auto(auto, history: list[int], future: list[int], k_max: int) -> list[tuple[int, int]]:
+def _replay_auto(auto, history: list[int], future: list[int], k_max: int,
+                 true_costs: Costs | None = None) -> list[tuple[int, int]]:
     """Drive `auto` as the engine would, accepting draft tokens that match `future`;
-    returns (match length n, tokens drafted) per step."""
+    returns (match length n, tokens drafted) per step. Verifications take no time (the
+    costs stay as given), or what `true_costs` says they take."""
     from specli.drafters.ngram import NgramDrafter
 
     assert isinstance(auto.ngram, NgramDrafter)
@@ -158,7 +160,8 @@ def _replay_auto(auto, history: list[int], future: list[int], k_max: int) -> lis
             n_acc += 1
         history.extend(future[i : i + n_acc + 1])
         i += n_acc + 1
-        auto.accept(history, n_acc, 0.0)  # no verification time: the costs stay as given
+        seconds = true_costs.verify_costs(len(d.tokens))[len(d.tokens)] if true_costs is not None else 0.0
+        auto.accept(history, n_acc, seconds)
     return steps
 
 
@@ -323,3 +326,32 @@ def test_ngram_match_reports_whether_earlier_occurrences_agreed() -> None:
     index.update(history)
     assert index.lookup(history) == (10, 2, True)  # (5, 6) went on with 7 every time
     assert index.lookup([*history, 0, 1, 2]) == (6, 2, False)  # (1, 2) went on with 3, then 4
+
+
+def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
+    """Estimates that say drafting pays (0.75 acceptance that cannot learn, batches priced
+    as they cost) on text where every draft fails: the ledger of what drafts really won
+    stops them once they have lost the generation's start balance, where without it every
+    matching step drafts. Text that repeats keeps drafting throughout."""
+    from specli.controller import LEDGER_START
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    def auto_with(costs: Costs) -> AutoDrafter:
+        auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=10**9)
+        fixed = AcceptanceStats(prior=0.75, prior_weight=1e9)
+        auto.acceptance["ngram"] = fixed
+        auto.by_n["ngram"] = {(2, a): fixed for a in (True, False)}
+        return auto
+
+    table = [1.0, 1.3, 1.6]
+    failing = [t for r in range(200) for t in (1, 2, 100 + r)]  # every 2-gram goes on anew
+    steps = _replay_auto(auto_with(Costs.from_measured(table, 0.0)), [1, 2, 3], failing, 2,
+                         Costs.from_measured(table, 0.0))
+    drafted = [k for _, k in steps if k > 0]
+    lost = sum(Costs.from_measured(table, 0.0).batch_ratio(k + 1) - 1 for k in drafted)
+    assert 0 < len(drafted) < 20 and lost < LEDGER_START + 0.01 * len(steps) + 1.0
+    repeating = list(range(10, 30)) * 20
+    steps = _replay_auto(auto_with(Costs.from_measured(table, 0.0)), list(range(10, 30)), repeating, 2,
+                         Costs.from_measured(table, 0.0))
+    assert sum(1 for _, k in steps if k > 0) > 0.9 * len(steps)

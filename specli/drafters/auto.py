@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specli.controller import AcceptanceStats, Choice, Costs, choose
+from specli.controller import AcceptanceStats, Choice, Costs, Ledger, choose
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
@@ -91,6 +91,7 @@ class AutoDrafter:
         self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
         self._shadow: list[tuple[str, list[int], Match]] = []  # lookups offered but not drafted this step
         self.control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
+        self.ledger = Ledger()  # plain steps drafting has won or lost in this generation, as measured
 
     @property
     def decode_seconds(self) -> float:
@@ -134,8 +135,13 @@ class AutoDrafter:
         if choice.drafter != "none" and self.costs.plain_step_due:
             available = {}  # a plain step now and then keeps t1, and with it every price, honest
             choice = Choice("none", 0, 0.0)
+        if choice.drafter != "none" and not self.ledger.affords(choice.speed * self.costs.step):
+            choice = Choice("none", 0, 0.0)  # drafting has lost lately: only a clear win now
+        # a failed one-token probe costs what a 2-token batch costs over a plain step
+        probe_loss = self.costs.batch_ratio(2) - 1
         for name, n in available.items():
-            if n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]:
+            if (n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]
+                    and self.ledger.can_lose(probe_loss + (self.costs.draft_ratio if name == "draft" else 0.0))):
                 if name == "draft" and not self._hopeful(name, n, pending, choice):
                     self._since_tried[name] = 0
                     continue
@@ -202,6 +208,11 @@ class AutoDrafter:
         t_control = time.perf_counter()
         if self._used is not None:
             name, n_drafted = self._used
+            if n_drafted == 0:
+                self.ledger.plain()
+            elif verify_seconds > 0 and self.costs.step > 0:  # priced before this step corrects the costs
+                draft_steps = n_drafted * self.costs.draft_ratio if name == "draft" else 0.0
+                self.ledger.record(n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
             self.costs.observe_verify(n_drafted, verify_seconds, n_accepted)
             if self._probing == name:
                 failed = n_accepted < n_drafted
