@@ -355,3 +355,14 @@ def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
     steps = _replay_auto(auto_with(Costs.from_measured(table, 0.0)), list(range(10, 30)), repeating, 2,
                          Costs.from_measured(table, 0.0))
     assert sum(1 for _, k in steps if k > 0) > 0.9 * len(steps)
+
+
+@given(st.lists(st.floats(1.0, 40.0), min_size=1, max_size=6),
+       st.lists(st.tuples(st.integers(1, 64), st.floats(0.3, 40.0)), max_size=12))
+def test_batch_ratios_at_once_equal_one_by_one(ratios: list[float], seen: list[tuple[int, float]]) -> None:
+    sizes = [1, 2, 4, 8, 16, 33][: len(ratios)]
+    c = Costs(0.05, sizes, [1.0, *sorted(ratios[1:])])
+    for k, steps in seen:
+        c.observe_verify(k, 0.05 * steps, k // 2)
+    at_once = c.batch_ratios(70)
+    assert at_once == pytest.approx([c.batch_ratio(n) for n in range(1, 71)], rel=1e-12, abs=1e-12)
