@@ -209,3 +209,19 @@ def test_default_batch_rows_differ_only_by_noise(qwen_target: Model) -> None:
     cal = measure(qwen_target, None, qwen_target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
     assert 0 < cal.max_logit_diff < 2.0  # batches of 4+ rows take the repacked weights' gemm
     assert cal.sizes[0] == 1 and all(r >= 1.0 for r in cal.ratios)
+
+
+def test_calibration_noise_covers_long_contexts() -> None:
+    """Past 512 cached tokens one row over an F16 cache takes llama.cpp's split-KV
+    attention and a batch does not: SmolLM2's noise there is not 0 even where its short
+    probe is bit-exact, and the calibrated noise (the near-tie bound's source) covers it."""
+    from specli.calibration import NOISE_CONTEXT, long_context_diff, measure
+    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+
+    smol = Model(model_file(SMOL), LoadOptions(n_ctx=NOISE_CONTEXT + 64, n_threads=2))
+    context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
+    long_diff = long_context_diff(smol, context)
+    assert long_diff > 0
+    assert measure(smol, None, context).max_logit_diff >= long_diff
+    small = Model(model_file(SMOL), LoadOptions(n_ctx=NOISE_CONTEXT // 2, n_threads=2))
+    assert long_context_diff(small, context) == 0.0  # no room: not measured
