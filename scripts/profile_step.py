@@ -21,7 +21,7 @@ import tempfile
 
 os.environ.setdefault("SPECLI_HISTORY_DIR", tempfile.mkdtemp(prefix="specli-profile-"))  # never the user's store
 
-from specli import profiles  # noqa: E402
+from specli import metrics, profiles  # noqa: E402
 from specli.engine import run  # noqa: E402
 from specli.runtime import open_runtime  # noqa: E402
 from specli.suites import suite  # noqa: E402
@@ -69,6 +69,9 @@ def main() -> int:
           f"{(c.n_generated - 1) / decode_wall:.1f} tok/s decode")
     print(f"host work (outside llama.cpp's decode calls): {host / forwards * 1000:.3f} ms per forward "
           f"(upper bound: the prefill's own Python is counted in it)")
+    split = metrics.host_ms_per_forward(c)
+    print(f"the decode phase's own account: {split['total']:.3f} ms per forward = "
+          + " + ".join(f"{k} {split[k]:.3f}" for k in metrics.HOST_PARTS) + f"; llama.cpp {split['llama']:.2f} ms")
     stats = pstats.Stats(prof)
     rows = []
     for (file, line, name), (_, nc, tt, _, _) in stats.stats.items():  # type: ignore[attr-defined]

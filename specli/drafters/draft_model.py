@@ -15,11 +15,19 @@ from specli.cache import common_prefix_len
 from specli.sampling import probs_from_logits, sample
 from specli.types import Draft, LanguageModel, SamplingParams
 
+# Logits more than this below the top add under 2e-9 each to the softmax's sum (under 3e-4
+# over Qwen2.5's 151,936 tokens, against a sum of at least 1): left out, the draft model's
+# stop test reads the row once instead of taking an exp of every logit (0.29 ms a draft
+# token on this CPU, most of auto's host work with a draft model).
+NEGLIGIBLE_LOGIT = 20.0
 
-def top_probability(logits: np.ndarray) -> float:
-    """Softmax probability of the argmax (temperature 1)."""
-    m = float(logits.max())
-    return 1.0 / float(np.exp(logits - m, dtype=np.float32).sum(dtype=np.float64))
+
+def top_probability(logits: np.ndarray, top: int | None = None) -> float:
+    """Softmax probability of the argmax (temperature 1; `top`: its index, if known), to
+    within 0.03 %: logits NEGLIGIBLE_LOGIT below the top are left out of the sum."""
+    m = logits[top] if top is not None else logits.max()
+    near = logits[logits > m - NEGLIGIBLE_LOGIT]
+    return 1.0 / float(np.exp(near - m).sum(dtype=np.float64))
 
 
 class DraftModelDrafter:
@@ -88,7 +96,7 @@ class DraftModelDrafter:
                 qs.append(q)
             else:
                 tok = int(row.argmax())
-                if i >= self.draft_min and self.draft_p_min > 0 and top_probability(row) < self.draft_p_min:
+                if i >= self.draft_min and self.draft_p_min > 0 and top_probability(row, tok) < self.draft_p_min:
                     break
             tokens.append(tok)
             if i == k - 1:
