@@ -137,8 +137,10 @@ class AutoDrafter:
             choice = Choice("none", 0, 0.0)
         if choice.drafter != "none" and not self.ledger.affords(choice.speed * self.costs.step):
             choice = Choice("none", 0, 0.0)  # drafting has lost lately: only a clear win now
-        # a failed one-token probe costs what a 2-token batch costs over a plain step
-        probe_loss = self.costs.batch_ratio(2) - 1
+        # a failed one-token probe costs what a 2-token batch costs over a plain step: at most
+        # one step (two tokens could be decoded one by one), whatever a poisoned table says;
+        # priced by a table inflated 4x, no probe was ever affordable and the table never healed
+        probe_loss = min(self.costs.batch_ratio(2), 2.0) - 1
         for name, n in available.items():
             if (n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]
                     and self.ledger.can_lose(probe_loss + (self.costs.draft_ratio if name == "draft" else 0.0))):
