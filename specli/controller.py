@@ -181,6 +181,7 @@ class Costs:
     level: float = 1.0  # online correction of every batch ratio (n >= 2)
     ngram_step: float = 2e-5
     drifted: bool = False  # observations disagreed with the table: store the corrected one
+    corrections: int = 0  # times the table's level or t1 was corrected for drift
     _t1: Ema = field(init=False, repr=False)
     _off: int = field(default=0, init=False, repr=False)  # consecutive observations off by > DRIFT
     _t1_off: int = field(default=0, init=False, repr=False)  # consecutive plain steps off by > DRIFT
@@ -303,6 +304,7 @@ class Costs:
             if self._off >= 2:  # twice in a row: the table is wrong, not the moment
                 self.level *= fix
                 self.drifted = True
+                self.corrections += 1
                 self._off = 0
         else:
             self._off = 0
@@ -320,6 +322,7 @@ class Costs:
                 self._fix_sizes.clear()
                 self._fix_values.clear()
                 self.drifted = True
+                self.corrections += 1
                 self._t1_off = 0
             return
         self._t1_off = 0
@@ -378,6 +381,12 @@ class Ledger:
         margin out of debt too, until drafting had won 4 steps, cost edits 7 %: 1.53x
         where they decoded at 1.64x, their first long matches priced at 1.2-1.3x.)"""
         return self.balance >= 0 or speedup >= 1 + LOSING_MARGIN * (1 - self.balance)
+
+    def forgive(self) -> None:
+        """The prices were corrected: debts run up under the old ones say nothing of the new
+        (drafting on a table deflated 4x ran up a debt that then kept auto at plain decoding
+        after the table had healed)."""
+        self.balance = max(self.balance, 0.0)
 
     def can_lose(self, steps: float) -> bool:
         """Whether a probe that may lose `steps` plain steps fits what drafting has won."""

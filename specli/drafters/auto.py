@@ -215,7 +215,10 @@ class AutoDrafter:
             elif verify_seconds > 0 and self.costs.step > 0:  # priced before this step corrects the costs
                 draft_steps = n_drafted * self.costs.draft_ratio if name == "draft" else 0.0
                 self.ledger.record(n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
+            corrections = self.costs.corrections
             self.costs.observe_verify(n_drafted, verify_seconds, n_accepted)
+            if self.costs.corrections != corrections:
+                self.ledger.forgive()
             if self._probing == name:
                 failed = n_accepted < n_drafted
                 cap = MAX_INTERVAL_FACTOR * self.explore_every
