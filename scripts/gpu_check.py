@@ -35,6 +35,7 @@ os.environ.setdefault("SPECLI_HISTORY_DIR", tempfile.mkdtemp(prefix="specli-gpu-
 
 from specli import metrics  # noqa: E402
 from specli.backend import LoadOptions, Model  # noqa: E402
+from specli.controller import interpolate  # noqa: E402
 from specli.engine import GenerationConfig, run  # noqa: E402
 from specli.gguf.writer import GGML_F16, GGML_F32, Tensor, write_gguf  # noqa: E402
 from specli.types import SamplingParams  # noqa: E402
@@ -179,22 +180,17 @@ def llama_bench(binary: str, path: Path, n_tokens: int, gpu_layers: int, threads
     return float(rows[0]["avg_ts"]) if rows else None
 
 
-def price(steps: dict[str, Any], ratios: dict[int, float], host_ms: float, t1: float,
-          draft_step: float | None) -> float | None:
+def price(steps: dict[str, Any], ratios: dict[int, float], host_ms: float, t1: float, draft_step: float) -> float | None:
     """Decode speedup over plain decoding of a recorded mode with these costs: its
-    forwards per (drafter, k) at batch_ratio(k + 1), draft-model tokens at `draft_step`,
-    and the host work it recorded per forward beyond plain decoding's."""
+    forwards per (drafter, k) at the batch cost of k + 1 tokens, draft-model tokens at
+    `draft_step`, and the host work it recorded per forward beyond plain decoding's."""
     sizes = sorted(ratios)
-
-    def ratio(n: int) -> float:
-        return float(np.interp(n, sizes, [ratios[s] for s in sizes]))
-
+    values = [ratios[n] for n in sizes]
     seconds = 0.0
     for drafter, by_k in steps["steps_by_k"].items():
         for k, count in enumerate(by_k):
-            if drafter == "draft" and draft_step is None:
-                return None
-            seconds += count * (ratio(k + 1) * t1 + (k * draft_step if drafter == "draft" and draft_step else 0.0))
+            draft_seconds = k * draft_step if drafter == "draft" else 0.0
+            seconds += count * (interpolate(sizes, values, k + 1) * t1 + draft_seconds)
     forwards = sum(sum(v) for v in steps["steps_by_k"].values())
     seconds += forwards * (host_ms + steps["extra_host_ms"]) / 1000
     plain = (t1 + host_ms / 1000) * steps["n_tokens"]
@@ -211,11 +207,7 @@ def record(bench_json: Path, target_type: str) -> None:
     for r in records:
         m = modes.setdefault(r["mode"], {"steps_by_k": {}, "n_tokens": 0, "extra_host_ms": 0.0})
         m["n_tokens"] += r["n_generated"] - 1
-        for drafter, by_k in r["steps_by_k"].items():
-            mine = m["steps_by_k"].setdefault(drafter, [])
-            mine.extend([0] * (len(by_k) - len(mine)))
-            for k, count in enumerate(by_k):
-                mine[k] += count
+        metrics.add_steps_by_k(m["steps_by_k"], r["steps_by_k"])
         host.setdefault(r["mode"], []).append(r["host_ms_per_forward"]["total"])
     base = statistics.median(host.get("baseline", [0.0]))
     for mode, m in modes.items():
@@ -299,12 +291,9 @@ def markdown(r: dict[str, Any]) -> str:
         off, on = m["specli_plain_argmax_off"], m["specli_plain_argmax_on"]
         ratios = " / ".join(f"{m['batch_ratio'][str(n)]:.2f}" for n in SIZES[1:])
         peer = m.get("llama_cpp_plain_tok_s")
-        vs = f"{off['decode_tok_s'] / peer:.3f}x" if peer else "-"
+        peer_cells = f"{peer:.1f} | {off['decode_tok_s'] / peer:.3f}x" if peer else "- | -"
         lines.append(f"| {m['shape']} {m['type']} | {m['t1_ms']:.2f} | {ratios} | {off['decode_tok_s']:.1f} "
-                     f"({on['decode_tok_s']:.1f}) | {off['host_ms']:.3f} ({on['host_ms']:.3f}) | "
-                     f"{peer:.1f} | {vs} |" if peer else
-                     f"| {m['shape']} {m['type']} | {m['t1_ms']:.2f} | {ratios} | {off['decode_tok_s']:.1f} "
-                     f"({on['decode_tok_s']:.1f}) | {off['host_ms']:.3f} ({on['host_ms']:.3f}) | - | {vs} |")
+                     f"({on['decode_tok_s']:.1f}) | {off['host_ms']:.3f} ({on['host_ms']:.3f}) | {peer_cells} |")
     modes = sorted({k for m in r["models"] for k in m["priced_speedup"]})
     if modes:
         lines += ["", "Decode speedup each mode would reach here, priced from the steps it took with real weights "

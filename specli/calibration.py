@@ -99,8 +99,14 @@ def prefill_logit_diff(target: LanguageModel, context: Sequence[int]) -> float:
     than specli does (llama-cpp-python's own generator) may move a logit. On SmolLM2 with
     an AVX-512 build batches of up to 33 rows were bit-exact but a 128-token one moved
     logits by 1.2, and llama-cpp-python's output left specli's at a 0.14 gap."""
-    one, _ = _one_token_rows(target, 0, context)
-    rows = target.decode(context, range(len(context))).copy()
+    return _batch_diff(target, 0, context)
+
+
+def _batch_diff(target: LanguageModel, base: int, probe: Sequence[int]) -> float:
+    """Largest |logit| difference between `probe` decoded in one batch and one token at a
+    time, on top of the cache's first `base` tokens; the cache is left empty."""
+    one, _ = _one_token_rows(target, base, probe)
+    rows = target.decode(probe, range(len(probe))).copy()
     target.rollback(0)
     return float(np.abs(rows - one).max())
 
@@ -113,11 +119,7 @@ def long_context_diff(target: LanguageModel, context: Sequence[int]) -> float:
     filler = (list(context) * (NOISE_CONTEXT // len(context) + 1))[:NOISE_CONTEXT]
     target.rollback(0)
     target.decode(filler)
-    probe = filler[1 : 1 + NOISE_ROWS]
-    one, _ = _one_token_rows(target, NOISE_CONTEXT, probe)
-    rows = target.decode(probe, range(len(probe))).copy()
-    target.rollback(0)
-    return float(np.abs(rows - one).max())
+    return _batch_diff(target, NOISE_CONTEXT, filler[1 : 1 + NOISE_ROWS])
 
 
 def exact_batch_from(exact: dict[int, bool]) -> int:

@@ -126,6 +126,12 @@ def python_overhead_fraction(c: Counters) -> float:
 HOST_PARTS = ("draft", "verify", "control", "text", "rest")
 
 
+def has_host_account(c: Counters) -> bool:
+    """Whether `c` comes from specli's own loop: a peer (a C++ program, llama-cpp-python's
+    own generator) has no host account."""
+    return c.t_llama_verify > 0
+
+
 def host_ms_per_forward(c: Counters) -> dict[str, float]:
     """specli's own work per target forward in the decode phase, outside llama.cpp's
     decode calls, in ms: drafting (lookups, the draft model's glue, learning from
@@ -189,11 +195,16 @@ def merge(a: Counters, b: Counters) -> Counters:
     out.drafter_steps = dict(a.drafter_steps)
     for k, v in b.drafter_steps.items():
         out.drafter_steps[k] = out.drafter_steps.get(k, 0) + v
-    for name, counts in b.steps_by_k.items():
-        mine = out.steps_by_k.setdefault(name, [])
-        mine.extend([0] * (len(counts) - len(mine)))
-        for i, count in enumerate(counts):
-            mine[i] += count
+    add_steps_by_k(out.steps_by_k, b.steps_by_k)
     if out.t_first_token is None:
         out.t_first_token = b.t_first_token
     return out
+
+
+def add_steps_by_k(into: dict[str, list[int]], more: dict[str, list[int]]) -> None:
+    """Add `more`'s forwards per (drafter, draft length) to `into`."""
+    for name, counts in more.items():
+        mine = into.setdefault(name, [])
+        mine.extend([0] * (len(counts) - len(mine)))
+        for k, count in enumerate(counts):
+            mine[k] += count

@@ -316,8 +316,7 @@ def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
         sum(1 for v in verdicts if v in COMPARED),
         mean_draft_length=metrics.mean_draft_length(pooled) if pooled.n_target_forwards else None,
         ms_per_forward=metrics.ms_per_forward(pooled) if pooled.n_target_forwards else None,
-        # a peer (a C++ program, or llama-cpp-python's own loop) has no such account
-        host_ms=metrics.host_ms_per_forward(pooled) if pooled.t_llama_verify > 0 else None,
+        host_ms=metrics.host_ms_per_forward(pooled) if metrics.has_host_account(pooled) else None,
     )
 
 

@@ -182,7 +182,7 @@ def csv_text(records: Sequence[Record]) -> str:
         for k in ("prefill", "draft", "verify", "other", "total"):
             flat[f"t_{k}_s"] = flat["time_s"][k]
         flat["acceptance_by_position"] = ";".join(f"{a:.4f}" for a in flat["acceptance_by_position"])
-        flat["host_ms_per_forward"] = f"{flat['host_ms_per_forward']['total']:.4f}" if r.counters.t_llama_verify > 0 else None
+        flat["host_ms_per_forward"] = f"{flat['host_ms_per_forward']['total']:.4f}" if metrics.has_host_account(r.counters) else None
         w.writerow(["" if flat.get(c) is None else flat[c] for c in CSV_COLUMNS])
     return buf.getvalue()
 

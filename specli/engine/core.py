@@ -177,13 +177,11 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
 
         # 2. draft
         t0 = clock()
-        if drafter is not None and k > 0:
+        if drafter is not None:  # its decode calls and controller time, drafting and learning
             llama0, control0 = drafter.decode_seconds, _control_seconds(drafter)
-            draft = drafter.propose(history, k)
-            if len(draft.tokens) > k:
-                draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
-        else:
-            draft = _EMPTY
+        draft = drafter.propose(history, k) if drafter is not None and k > 0 else _EMPTY
+        if len(draft.tokens) > k:
+            draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
         t1 = clock()
 
         # 3. verify [last, d1..dk]: one target batch, or exact chunks decoded as far as accepted
@@ -211,8 +209,6 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         c.t_draft += t1 - t0
         c.t_verify += t2 - t1
         if drafter is not None:
-            if k == 0:
-                llama0, control0 = drafter.decode_seconds, _control_seconds(drafter)
             t3 = clock()
             drafter.accept(history, n_acc, t2 - t1)
             mark = clock()
