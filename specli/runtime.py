@@ -214,7 +214,7 @@ class Runtime:
             self.calibration()  # the exact chunk is measured, not assumed
         return GenerationConfig(
             max_tokens=s.max_tokens, sampling=s.sampling(), draft_max=s.draft_max, stop=tuple(s.stop),
-            exact=s.verify == "exact",
+            exact=s.verify == "exact", grammar_drafts=s.grammar_drafts,
         )
 
     def prompt_tokens(self, prompt: str, s: Settings | None = None, history: Sequence[prompting.Message] = ()) -> list[int]:

@@ -57,6 +57,9 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     q_draft: list[np.ndarray] | None = None
     source: str = ""
+    # q of a drafted token a grammar removed right after `tokens`: the last row then draws
+    # from residual(p, q_after), the rejection verification would have made (p is 0 there)
+    q_after: np.ndarray | None = None
 
 
 class LanguageModel(Protocol):

@@ -47,6 +47,7 @@ def verify_rejection(
     p_target: Sequence[Row],
     q_draft: Sequence[Row] | None,
     rng: np.random.Generator,
+    q_after: Row | None = None,
 ) -> Verdict:
     """Speculative sampling (Leviathan et al. 2023; Chen et al. 2023); the emitted tokens
     are distributed exactly as if sampled from the target one by one.
@@ -57,7 +58,9 @@ def verify_rejection(
 
     Position i: accept d_i with probability min(1, p_i(d_i) / q_i(d_i)) using one
     uniform; on rejection draw from residual(p_i, q_i) (p_i if that is None) and stop.
-    If every draft token is accepted, the bonus token is drawn from the last p row.
+    If every draft token is accepted, the bonus token is drawn from the last p row, or
+    from residual(p, q_after) when a drafted token was cut there (the grammar forbids
+    it, so p gives it 0 and it would have been rejected: the same draw, no row spent).
     With one-hot q: accept with probability p_i(d_i); on rejection draw from p_i with
     d_i zeroed and renormalised.
     """
@@ -73,7 +76,9 @@ def verify_rejection(
         r = residual(p_i, q_i)
         return Verdict(n_accepted=i, next_token=sample(p_i if r is None else r, rng))
     n_draft = len(draft_tokens)
-    return Verdict(n_accepted=n_draft, next_token=sample(p_target[n_draft], rng))
+    p_last = p_target[n_draft]
+    r = None if q_after is None else residual(p_last, q_after)
+    return Verdict(n_accepted=n_draft, next_token=sample(p_last if r is None else r, rng))
 
 
 def cut_at_stop(

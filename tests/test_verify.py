@@ -331,3 +331,30 @@ def test_lossless_two_token_draft_joint() -> None:
     # 36 cells: E[TV] <= 0.5 * sqrt(36 / 40_000) = 0.015, plus t = 0.01 -> 0.025
     assert tv(joint.ravel(), (p0[:, None] * p1).ravel()) < 0.025
     assert chi_square_ok(joint.ravel(), (p0[:, None] * p1).ravel())
+
+
+def cut_draft_counts(p: np.ndarray, q: np.ndarray, allowed: np.ndarray, seed: int, use_q_after: bool) -> np.ndarray:
+    """Draft one token from q; a grammar forbids some (p is 0 there): such a draft is cut
+    before verification and only q_after is passed on. Count the first emitted token."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(p.size, dtype=np.int64)
+    bonus = np.full(p.size, 1.0 / p.size)
+    for _ in range(N_DRAWS):
+        d = sample(q, rng)
+        if allowed[d]:
+            verdict = verify_rejection([d], [p, bonus], [q], rng)
+            counts[d if verdict.n_accepted == 1 else verdict.next_token] += 1
+        else:
+            counts[verify_rejection([], [p], None, rng, q_after=q if use_q_after else None).next_token] += 1
+    return counts
+
+
+def test_cut_draft_with_q_after_keeps_the_masked_distribution() -> None:
+    """A draft cut where the grammar forbids its token draws the next token from
+    residual(p, q): the rejection verification would have made. Drawing from p there
+    instead over-weights what q under-proposes (detected)."""
+    allowed = np.array([True, True, False, True, False, True, True, True])
+    p = np.where(allowed, P_HAND, 0.0)
+    p /= p.sum()
+    assert chi_square_ok(cut_draft_counts(p, Q_HAND, allowed, 11, True), p)
+    assert not chi_square_ok(cut_draft_counts(p, Q_HAND, allowed, 11, False), p)

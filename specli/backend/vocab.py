@@ -86,6 +86,26 @@ class Vocab:
         pieces = (self._special_piece(t) if special else self.piece(t) for t in tokens)
         return b"".join(pieces).decode("utf-8", errors="replace")
 
+    def grammar_pieces(self) -> list[bytes]:
+        """Every token's bytes as a grammar engine reads them: control tokens spelled out
+        behind a 0xff byte, so that no grammar over text can produce them (llguidance's
+        convention, as in its llama.cpp adapter)."""
+        control, user = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL, llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+        out = []
+        for t in range(self.n_vocab):
+            attr = int(llama_cpp.llama_vocab_get_attr(self._ptr, t))
+            text = self._special_piece(t)
+            special = attr & control or (attr & user and text.startswith(b"<") and text.endswith(b">"))
+            out.append(b"\xff" + text if special else self.piece(t))
+        return out
+
+    def eog_tokens(self) -> list[int]:
+        return [t for t in range(self.n_vocab) if self.is_eog(t)]
+
+    def tokenize_bytes(self, data: bytes) -> list[int]:
+        """Token ids of raw text (no BOS, special-token text left as text)."""
+        return self.tokenize(data.decode("utf-8", errors="replace"), add_special=False, parse_special=False)
+
     def _special_piece(self, token: int) -> bytes:
         buf = ctypes.create_string_buffer(256)
         n = llama_cpp.llama_token_to_piece(self._ptr, token, buf, 256, 0, True)

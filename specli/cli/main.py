@@ -202,19 +202,36 @@ def generate(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object when done.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the text.")] = False,
     color_draft: Annotated[bool, typer.Option(help="Colour tokens that came from the draft.")] = True,
+    json_schema: Annotated[str | None, typer.Option(
+        "--json-schema", help="Constrain the answer to JSON valid under this schema: a file, or the JSON itself.",
+        show_default=False)] = None,
+    grammar: Annotated[Path | None, typer.Option(
+        "--grammar", help="Constrain the answer to this GBNF grammar file (llama.cpp's format).",
+        show_default=False)] = None,
     *,
     overrides: dict[str, Any],
 ) -> None:
     """Generate one answer, speculatively."""
     s = profiles.resolve_settings(profile, overrides)
-    run_generate(s, read_prompt(prompt), as_json=as_json, quiet=quiet, color_draft=color_draft,
-                 recalibrate=recalibrate)
+    if json_schema is not None and grammar is not None:
+        raise UsageError("--json-schema and --grammar both given", "give one of them")
+    text = read_prompt(prompt)
+    constrained = None
+    if json_schema is not None or grammar is not None:
+        from specli.grammar import grammar_from_arg  # checked before any model loads
+
+        constrained = (grammar_from_arg("json_schema", json_schema) if json_schema is not None
+                       else grammar_from_arg("gbnf", str(grammar)))
+    run_generate(s, text, as_json=as_json, quiet=quiet, color_draft=color_draft,
+                 recalibrate=recalibrate, grammar=constrained)
 
 
 def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True,
-                 recalibrate: bool = False) -> None:
+                 recalibrate: bool = False, grammar: Any = None) -> None:
+    """`grammar`: a specli.grammar.Grammar the answer must follow, or None."""
     from specli.dashboard import Dashboard, Reply, summary_line
     from specli.engine import generate as engine_generate
+    from specli.grammar import Constraint
     from specli.runtime import open_runtime
 
     rt = open_runtime(s, recalibrate=recalibrate)
@@ -228,15 +245,23 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
             out.write(ev.text)
             out.flush()
 
+    constraint = None
+
     def end() -> None:
         if as_json:
-            print(json.dumps(result_json(s, reply.text, reply.counters, reply.finish_reason), indent=2))
+            record = result_json(s, reply.text, reply.counters, reply.finish_reason)
+            if constraint is not None:
+                record["grammar"] = {"kind": grammar.kind, "complete": constraint.complete}
+            print(json.dumps(record, indent=2))
         elif not live:
             out.write("\n")
             out.flush()
 
     try:
-        events = engine_generate(rt.target, rt.prompt_tokens(prompt), rt.generation_config(), rt.drafter())
+        prompt_tokens = rt.prompt_tokens(prompt)
+        constraint = Constraint(grammar, rt.target.vocab) if grammar is not None else None
+        events = engine_generate(rt.target, prompt_tokens, rt.generation_config(), rt.drafter(),
+                                 constraint=constraint)
         reply.follow(events, Dashboard(Console(), color_draft=color_draft) if live else None, echo)
     except KeyboardInterrupt:
         reply.finish_reason = "interrupted"
@@ -251,6 +276,9 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
     end()
     if not as_json and not quiet:
         err_console().print(summary_line(reply.counters, reply.finish_reason), highlight=False)
+    if constraint is not None and not constraint.complete and not as_json:
+        err_console().print(f"the answer stopped before its {grammar.label} was complete "
+                            f"(finish: {reply.finish_reason}): raise --max-tokens", highlight=False)
 
 
 def result_json(s: Settings, text: str, c: metrics.Counters, finish_reason: FinishReason | None) -> dict[str, Any]:

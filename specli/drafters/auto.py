@@ -173,6 +173,12 @@ class AutoDrafter:
         self._used = (choice.drafter, len(d.tokens))
         return d
 
+    def cut(self, n_kept: int) -> None:
+        """The engine kept only the first `n_kept` tokens of the last proposal (a grammar
+        forbade the next): acceptance and batch costs are learned for what was verified."""
+        if self._used is not None:
+            self._used = (self._used[0], min(self._used[1], n_kept))
+
     def _hopeful(self, name: str, n: int, pending: int, choice: Choice) -> bool:
         """Could `name`, once in step with the text and at the acceptance a good stretch
         of text gives, save more over the next PAYBACK_TOKENS tokens than it costs to get

@@ -17,6 +17,7 @@ import numpy as np
 
 from specli.cache import common_prefix_len
 from specli.errors import ContextError, UsageError
+from specli.grammar import Constraint, MaskedRows
 from specli.metrics import Counters
 from specli.sampling import probs_from_logits
 from specli.types import Draft, Drafter, FinishReason, LanguageModel, SamplingParams, Verdict
@@ -34,6 +35,7 @@ class GenerationConfig:
     draft_max: int = 4
     stop: tuple[str, ...] = ()
     exact: bool = False  # verify in chunks bit-identical to one-token decoding
+    grammar_drafts: bool = True  # under a grammar, draft the tokens it forces (with any drafter)
 
 
 @dataclass
@@ -94,28 +96,32 @@ class _ChunkedRows(Sequence[np.ndarray]):
 def verify_step(draft: Draft, logits: Rows, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
     """Greedy match at temperature 0, rejection sampling otherwise."""
     if sampling.greedy:
+        if isinstance(logits, MaskedRows):  # the allowed argmax: a bit test where the argmax is allowed
+            return match_greedy(draft.tokens, logits.argmax_at)
         return verify_greedy(draft.tokens, logits)  # type: ignore[arg-type]
-    return verify_rejection(draft.tokens, _LazyProbs(logits, sampling), draft.q_draft, rng)
+    return verify_rejection(draft.tokens, _LazyProbs(logits, sampling), draft.q_draft, rng, draft.q_after)
 
 
 _EMPTY = Draft()
 
 
 def generate_steps(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
-                   drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Generator[Step, None, None]:
+                   drafter: Drafter | None = None, verifier: Verifier = verify_step,
+                   constraint: Constraint | None = None) -> Generator[Step, None, None]:
     """Generate token ids from `prompt`. Reuses whatever prefix of the prompt the
     target's (and drafter's) KV cache already holds. The drafter hears `end` once the
-    generation is over, however it ends."""
+    generation is over, however it ends. Under a `constraint` (a fresh one per
+    generation) every row is masked by its grammar and the tokens it forces are drafted."""
     history = list(prompt)
     try:
-        yield from _steps(history, target, prompt, config, drafter, verifier)
+        yield from _steps(history, target, prompt, config, drafter, verifier, constraint)
     finally:
         if drafter is not None:
             drafter.end(history)
 
 
 def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], config: GenerationConfig,
-           drafter: Drafter | None, verifier: Verifier) -> Generator[Step, None, None]:
+           drafter: Drafter | None, verifier: Verifier, constraint: Constraint | None) -> Generator[Step, None, None]:
     """The loop behind `generate_steps`; `history` (the prompt) grows as tokens are emitted."""
     if not prompt:
         raise UsageError("the prompt is empty", "give some text to continue")
@@ -153,15 +159,18 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
     # depend on how much of the prompt was cached: large batches take other kernels
     target.decode(prompt[n_reuse:-1])
     # greedy with the default verifier: the rows' argmax as llama.cpp computed it, rows unread
-    in_graph = target.device_argmax and verifier is verify_step and config.sampling.greedy and not config.exact
+    in_graph = (target.device_argmax and verifier is verify_step and config.sampling.greedy and not config.exact
+                and constraint is None)
     if in_graph:
         verdict = match_greedy([], target.decode_argmax(prompt[-1:]))
     else:
-        verdict = verifier(_EMPTY, target.decode(prompt[-1:], [0]), config.sampling, rng)
+        verdict = verifier(_EMPTY, _masked(target.decode(prompt[-1:], [0]), constraint, _EMPTY), config.sampling, rng)
     mark = clock()
     c.t_prefill = mark - t_start
     emitted, reason = cut_at_stop([verdict.next_token], target.is_eog, config.max_tokens)
     history.extend(emitted)
+    if constraint is not None:
+        constraint.settle(emitted)
     yield step(list(emitted), 0, 0, "prefill", reason)
     if reason is not None:
         return
@@ -173,15 +182,26 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         if room < 0:
             yield step([], 0, 0, "none", FINISH_CONTEXT)
             return
+        if constraint is not None and constraint.stopped:
+            # the grammar is complete and allows only end tokens: the text ends here, no forward needed
+            yield step([], 0, 0, "none", FINISH_STOP)
+            return
         k = max(0, min(config.draft_max, remaining - 1, room))
 
-        # 2. draft
+        # 2. draft: the tokens a grammar forces, else the drafter's (cut where the grammar forbids)
         t0 = clock()
         if drafter is not None:  # its decode calls and controller time, drafting and learning
             llama0, control0 = drafter.decode_seconds, _control_seconds(drafter)
-        draft = drafter.propose(history, k) if drafter is not None and k > 0 else _EMPTY
-        if len(draft.tokens) > k:
-            draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
+        draft = _EMPTY
+        if constraint is not None and config.grammar_drafts and drafter is not None and k > 0:
+            draft = _forced_draft(constraint, k, drafter)
+        asked = drafter is not None and k > 0 and not draft.tokens
+        if drafter is not None and asked:
+            draft = drafter.propose(history, k)
+            if len(draft.tokens) > k:
+                draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
+            if constraint is not None:
+                draft = _allowed_part(draft, constraint, drafter)
         t1 = clock()
 
         # 3. verify [last, d1..dk]: one target batch, or exact chunks decoded as far as accepted
@@ -195,7 +215,7 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
                 _ChunkedRows(target, batch, target.exact_batch) if config.exact
                 else target.decode(batch, range(len(batch)))
             )
-            verdict = verifier(draft, rows, config.sampling, rng)
+            verdict = verifier(draft, _masked(rows, constraint, draft), config.sampling, rng)
         n_acc = verdict.n_accepted
 
         # 4. keep the accepted prefix in the target cache; the next token is decoded next step
@@ -205,10 +225,13 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
 
         emitted, reason = cut_at_stop([*draft.tokens[:n_acc], verdict.next_token], target.is_eog, remaining)
         history.extend(emitted)
+        if constraint is not None:
+            constraint.settle(emitted)
+            t2 = clock()
         c.t_loop += t0 - mark
         c.t_draft += t1 - t0
         c.t_verify += t2 - t1
-        if drafter is not None:
+        if drafter is not None and asked:
             t3 = clock()
             drafter.accept(history, n_acc, t2 - t1)
             mark = clock()
@@ -218,12 +241,46 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
             c.t_control += _control_seconds(drafter) - control0
         else:
             mark = t2
+            if drafter is not None:  # the grammar drafted: no draft-model decode, no choice made
+                c.t_llama_draft += drafter.decode_seconds - llama0
         n_acc_emitted = min(n_acc, len(emitted))
         name = (draft.source or (drafter.name if drafter is not None else "draft")) if draft.tokens else "none"
         c.record_step(name, len(draft.tokens), n_acc_emitted, len(emitted))
         yield step(list(emitted), len(draft.tokens), n_acc_emitted, name, reason)
         if reason is not None:
             return
+
+
+def _masked(rows: Rows, constraint: Constraint | None, draft: Draft) -> Rows:
+    return rows if constraint is None else MaskedRows(rows, constraint, draft.tokens)
+
+
+# A grammar's forced tokens are the canonical tokens of the bytes it forces. The masked
+# target could still prefer another split of those bytes, so they are verified like any
+# draft (a deterministic one); auto prices them as certain when it sizes the batch.
+def _forced_draft(constraint: Constraint, k: int, drafter: Drafter) -> Draft:
+    forced = constraint.forced()[:k]
+    if not forced:
+        return _EMPTY
+    costs = getattr(drafter, "costs", None)
+    if costs is not None and costs.step > 0:
+        # n forced tokens, all kept: n + 1 tokens for a batch of n + 1; the best rate per plain step
+        ratios = costs.batch_ratios(len(forced) + 1)  # ratios[b - 1]: a batch of b tokens
+        n = np.arange(1, len(forced) + 1)
+        forced = forced[: int(n[np.argmax((n + 1) / ratios[n])])]
+    return Draft(forced, None, "grammar")
+
+
+def _allowed_part(draft: Draft, constraint: Constraint, drafter: Drafter) -> Draft:
+    """The draft up to its first token the grammar forbids; the drafter hears of the cut."""
+    n = constraint.valid_prefix(draft.tokens)
+    if n == len(draft.tokens):
+        return draft
+    cut = getattr(drafter, "cut", None)
+    if cut is not None:
+        cut(n)
+    qs = draft.q_draft
+    return Draft(draft.tokens[:n], qs[:n] if qs else None, draft.source, qs[n] if qs else None)
 
 
 def _resumed(c: Counters, t_start: float, clock: Callable[[], float]) -> float:

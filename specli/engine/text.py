@@ -9,6 +9,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specli.engine.core import FINISH_STOP, GenerationConfig, Step, Verifier, generate_steps, verify_step
+from specli.grammar import Constraint
 from specli.metrics import Counters
 from specli.stopstrings import StopStrings
 from specli.types import Drafter, FinishReason, LanguageModel
@@ -88,9 +89,10 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
 
 
 def generate(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
-             drafter: Drafter | None = None, verifier: Verifier = verify_step) -> Generator[StepEvent, None, None]:
+             drafter: Drafter | None = None, verifier: Verifier = verify_step,
+             constraint: Constraint | None = None) -> Generator[StepEvent, None, None]:
     """Generate from `prompt` (token ids), as text events."""
-    steps = generate_steps(target, prompt, config, drafter, verifier)
+    steps = generate_steps(target, prompt, config, drafter, verifier, constraint)
     try:
         yield from stream_text(target, steps, config.stop)
     finally:
@@ -107,11 +109,12 @@ class GenerationResult:
 
 
 def run(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
-        drafter: Drafter | None = None, verifier: Verifier = verify_step) -> GenerationResult:
+        drafter: Drafter | None = None, verifier: Verifier = verify_step,
+        constraint: Constraint | None = None) -> GenerationResult:
     """Drain `generate` into one result."""
     out = GenerationResult()
     parts: list[str] = []
-    for ev in generate(target, prompt, config, drafter, verifier):
+    for ev in generate(target, prompt, config, drafter, verifier, constraint):
         out.tokens.extend(ev.tokens)
         out.from_draft.extend(ev.from_draft)
         parts.append(ev.text)

@@ -98,6 +98,7 @@ class Settings:
     draft_p_min: float = _float(0.0, 0.0, 1.0, doc="stop drafting below this draft-model top probability")
     ngram_min: int = _int(3, 1, 16, doc="shortest n-gram the n-gram drafter matches")
     ngram_max: int = _int(12, 1, 16, doc="longest n-gram the n-gram drafter matches (>= ngram_min)")
+    grammar_drafts: bool = _bool(True, doc="under a grammar (--json-schema, --grammar), draft the tokens it forces")
     history: bool = _bool(True, doc="keep generated text (under the user cache dir) to draft from in later runs: "
                                     "suffix and auto drafters; off = nothing kept or read")
     history_max_tokens: int = _int(2_000_000, 0, doc="most tokens of earlier outputs kept per vocabulary")
