@@ -346,8 +346,10 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return self.vocab.is_eog(token)
 
-    def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """Render the GGUF's own Jinja chat template, as llama-cpp-python does."""
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                            tools: Sequence[dict[str, Any]] = ()) -> str:
+        """Render the GGUF's own Jinja chat template, as llama-cpp-python does (with
+        `tools`, OpenAI-style function tools, where the template reads them)."""
         if not self.chat_template:
             raise ModelError(
                 f"{self.path.name} has no chat template", "use --raw to send the prompt as plain text"
@@ -359,14 +361,16 @@ class Model:
         eos = self.vocab.token_text(info.eos).decode("utf-8", "replace") if info.eos >= 0 else ""
         fmt = Jinja2ChatFormatter(self.chat_template, eos_token=eos, bos_token=bos,
                                   add_generation_prompt=add_generation_prompt)
-        return fmt(messages=list(messages)).prompt  # type: ignore[arg-type]
+        return fmt(messages=list(messages), tools=list(tools) or None).prompt  # type: ignore[arg-type]
 
-    def chat_tokens(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+    def chat_tokens(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: Sequence[dict[str, Any]] = ()) -> list[int]:
         """Tokens of a rendered chat. The template's own special-token text becomes
         control tokens; the messages' text never does (a user typing "<|im_end|>" gets
         those characters, not an end of turn)."""
-        marked = [dict(m, content=f"{_MARK_OPEN}{i}{_MARK_CLOSE}") for i, m in enumerate(messages)]
-        text = self.apply_chat_template(marked, add_generation_prompt)
+        marked = [dict(m, content=f"{_MARK_OPEN}{i}{_MARK_CLOSE}") if m.get("content") else m
+                  for i, m in enumerate(messages)]
+        text = self.apply_chat_template(marked, add_generation_prompt, tools)
         info = self.vocab.info()
         bos_text = self.vocab.token_text(info.bos).decode("utf-8", "replace") if info.bos >= 0 else ""
         add_bos = info.add_bos and not (bos_text and text.startswith(bos_text))

@@ -200,7 +200,8 @@ async def _events(ids: Ids, req: schema.Request, queue: asyncio.Queue[Delta | Ou
             yield _sse(item.body())
             break
         if isinstance(item, Delta):
-            yield _sse(schema.chunk(ids, req.kind, item.text, first=first, include_usage=req.include_usage))
+            yield _sse(schema.chunk(ids, req.kind, item.text if item.text or not item.calls else None, first=first,
+                                    include_usage=req.include_usage, calls=item.calls))
             first = False
             continue
         if first and req.kind == "chat":

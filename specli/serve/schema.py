@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from specli import metrics
@@ -78,6 +79,7 @@ class Request:
     prompt: str = ""
     stream: bool = False
     include_usage: bool = False
+    structure: Any = None  # specli.serve.tools.Structure: response_format, tools, tool_choice
 
 
 # parameters specli cannot honour: accepted only at the value that asks for nothing
@@ -85,14 +87,12 @@ _UNSUPPORTED_UNLESS: dict[str, tuple[Any, ...]] = {
     "n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",),
     "logprobs": (False, 0), "top_logprobs": (0,), "logit_bias": ({},),
     "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
-    "tools": ([],), "functions": ([],), "tool_choice": ("none",), "function_call": ("none",),
-    "response_format": ({"type": "text"},), "modalities": (["text"],),
+    "functions": ([],), "function_call": ("none",), "modalities": (["text"],),
     "audio": (), "prediction": (), "reasoning_effort": (), "web_search_options": (),
 }
 _WHY = {
-    "tools": "tool calls are not supported yet", "functions": "function calls are not supported yet",
-    "tool_choice": "tool calls are not supported yet", "function_call": "function calls are not supported yet",
-    "response_format": "only plain text output is supported yet (no JSON mode or schema)",
+    "functions": "the deprecated functions API is not supported (use tools)",
+    "function_call": "the deprecated functions API is not supported (use tool_choice)",
     "n": "one choice per request only", "best_of": "one choice per request only",
     "logprobs": "log probabilities are not returned", "top_logprobs": "log probabilities are not returned",
 }
@@ -151,8 +151,10 @@ def parse_request(body: dict[str, Any], kind: Literal["chat", "completion"]) -> 
         include_usage = _opt_bool(so, "include_usage", "stream_options.include_usage") or False
     options = _options(body, kind)
     if kind == "chat":
+        from specli.serve.tools import parse_structure  # it builds on this module's errors
+
         return Request(kind, model, options, messages=_messages(body.get("messages")), stream=stream,
-                       include_usage=include_usage)
+                       include_usage=include_usage, structure=parse_structure(body))
     return Request(kind, model, options, prompt=_prompt(body.get("prompt")), stream=stream,
                    include_usage=include_usage)
 
@@ -242,7 +244,7 @@ def _content(value: Any, where: str) -> str:
     raise bad(where, f"{where} must be a string or an array of text parts, got {_kind(value)}", "invalid_type")
 
 
-def _messages(value: Any) -> tuple[dict[str, str], ...]:
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
     if value is None:
         raise bad("messages", "messages is required", "missing_required_parameter")
     if not isinstance(value, list):
@@ -251,24 +253,49 @@ def _messages(value: Any) -> tuple[dict[str, str], ...]:
         raise bad("messages", "messages must hold at least one message")
     if len(value) > MAX_MESSAGES:
         raise bad("messages", f"messages holds {len(value)} messages; at most {MAX_MESSAGES} are allowed")
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for i, m in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise bad(where, f"{where} must be an object, got {_kind(m)}", "invalid_type")
         role = m.get("role")
-        if role in ("tool", "function") or m.get("tool_calls") or m.get("function_call"):
-            raise bad(f"{where}.role", f"{where}: tool and function messages are not supported yet",
-                      "unsupported_parameter")
-        if role not in ("system", "developer", "user", "assistant"):
-            raise bad(f"{where}.role", f"{where}.role must be system, developer, user or assistant, "
+        if role == "function" or m.get("function_call"):
+            raise bad(f"{where}.role", f"{where}: function messages (the deprecated functions API) are not "
+                                       "supported; use tool messages", "unsupported_parameter")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            raise bad(f"{where}.role", f"{where}.role must be system, developer, user, assistant or tool, "
                                        f"got {json.dumps(role)}")
         content = m.get("content")
         if content is None and role == "assistant":
             content = ""
-        out.append({"role": "system" if role == "developer" else role,
-                    "content": _content(content, f"{where}.content")})
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                               "content": _content(content, f"{where}.content")}
+        if role == "tool" and isinstance(m.get("tool_call_id"), str):
+            msg["tool_call_id"] = m["tool_call_id"]
+        if role == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        out.append(msg)
     return tuple(out)
+
+
+def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant's earlier calls, their arguments as objects (what chat templates render)."""
+    if not isinstance(value, list):
+        raise bad(where, f"{where} must be an array", "invalid_type")
+    out = []
+    for i, call in enumerate(value):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad(f"{where}[{i}]", f'{where}[{i}] must be {{"type": "function", "function": {{"name": ..., '
+                                       '"arguments": ...}}}}', "invalid_type")
+        args = fn.get("arguments", "{}")
+        try:
+            parsed = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            raise bad(f"{where}[{i}].function.arguments", f"{where}[{i}].function.arguments is not valid JSON") from None
+        out.append({"id": call.get("id", ""), "type": "function",
+                    "function": {"name": fn["name"], "arguments": parsed}})
+    return out
 
 
 def _prompt(value: Any) -> str:
@@ -317,7 +344,7 @@ def _opt_num(body: dict[str, Any], key: str) -> float | None:
 
 # -- responses -------------------------------------------------------------------
 
-OpenAIFinish = Literal["stop", "length"]
+OpenAIFinish = Literal["stop", "length", "tool_calls"]
 
 
 @dataclass
@@ -330,6 +357,7 @@ class Outcome:
     specli_finish: str  # specli's own reason: stop, length, context, cancelled, terminated
     queue_s: float = 0.0  # waiting for the generation thread
     tokens: list[int] | None = None
+    tool_calls: list[Any] = field(default_factory=list)  # specli.serve.tools.ToolCall
 
 
 def usage(c: metrics.Counters) -> dict[str, Any]:
@@ -377,9 +405,16 @@ class Ids:
 def chat_response(ids: Ids, out: Outcome) -> dict[str, Any]:
     return {"id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
             "system_fingerprint": ids.fingerprint,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text, "refusal": None},
-                         "logprobs": None, "finish_reason": out.finish_reason}],
+            "choices": [{"index": 0, "message": _message(out), "logprobs": None, "finish_reason": out.finish_reason}],
             "usage": usage(out.counters), "timings": timings(out.counters), "specli": specli_figures(out)}
+
+
+def _message(out: Outcome) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": out.text if out.text or not out.tool_calls else None,
+                           "refusal": None}
+    if out.tool_calls:
+        msg["tool_calls"] = [c.to_json() for c in out.tool_calls]
+    return msg
 
 
 def completion_response(ids: Ids, out: Outcome) -> dict[str, Any]:
@@ -390,9 +425,10 @@ def completion_response(ids: Ids, out: Outcome) -> dict[str, Any]:
 
 
 def chunk(ids: Ids, kind: str, text: str | None, *, first: bool = False, out: Outcome | None = None,
-          include_usage: bool = False) -> dict[str, Any]:
-    """One streamed chunk: text (`first` adds the assistant role), or the last one
-    (`out`: its finish reason, timings and specli figures)."""
+          include_usage: bool = False, calls: Sequence[tuple[int, Any]] = ()) -> dict[str, Any]:
+    """One streamed chunk: text (`first` adds the assistant role), finished tool calls
+    (`calls`: (index, ToolCall)), or the last one (`out`: its finish reason, timings and
+    specli figures)."""
     choice: dict[str, Any] = {"index": 0}
     if kind == "chat":
         delta: dict[str, Any] = {}
@@ -400,6 +436,8 @@ def chunk(ids: Ids, kind: str, text: str | None, *, first: bool = False, out: Ou
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
+        if calls:
+            delta["tool_calls"] = [call.to_json(index) for index, call in calls]
         choice["delta"] = delta
     else:
         choice["text"] = text or ""

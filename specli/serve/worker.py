@@ -21,9 +21,11 @@ from typing import Any, Literal
 from specli import metrics, prompting
 from specli.engine import FINISH_STOP, generate
 from specli.errors import BackendError, ContextError, RpcError, SpecliError, UsageError
+from specli.grammar import Constraint, Grammar
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime
 from specli.serve.schema import ApiError, Outcome, Request, bad
+from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls, tool_grammar
 
 State = Literal["loading", "ready", "failed", "stopping"]
 WARMUP_PROMPT = "Say hello."
@@ -32,9 +34,10 @@ SAVE_EVERY_S = 30.0  # the history store is written when idle, at most this ofte
 
 @dataclass(frozen=True)
 class Delta:
-    """New text of a running job."""
+    """New text of a running job, and tool calls it finished."""
 
     text: str
+    calls: tuple[tuple[int, ToolCall], ...] = ()  # (index in the answer, call)
 
 
 @dataclass
@@ -50,6 +53,7 @@ class Job:
     t_arrival: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     t_start: float | None = None
+    grammar: Grammar | None = None  # the answer's: response_format or the tool calls'
 
 
 @dataclass
@@ -134,7 +138,7 @@ class Worker:
         if o.max_tokens is not None and o.max_tokens > n_ctx:
             raise bad("max_tokens", f"max_tokens is {o.max_tokens} but the context holds only {n_ctx} tokens")
         max_tokens = o.max_tokens or self.max_tokens_cap or n_ctx
-        return Job(f"{next(self._ids)}", request, prompt, s, max_tokens, push)
+        return Job(f"{next(self._ids)}", request, prompt, s, max_tokens, push, grammar=answer_grammar(rt, request))
 
     def submit(self, job: Job) -> None:
         """Queue `job`; 503 with Retry-After when `queue_max` jobs already wait."""
@@ -255,14 +259,23 @@ class Worker:
         parts: list[str] = []
         tokens: list[int] = []
         finish: str | None = None
-        events = generate(rt.target, job.prompt, config, drafter)
+        structure = job.request.structure
+        calls = CallStream(structure.names) if structure is not None and structure.calls_tools else None
+        constraint = Constraint(job.grammar, rt.target.vocab) if job.grammar is not None else None
+        events = generate(rt.target, job.prompt, config, drafter, constraint=constraint)
         try:
             for ev in events:
                 counters, finish = ev.counters, ev.finish_reason
                 tokens.extend(ev.tokens)
                 if ev.text:
                     parts.append(ev.text)
-                    job.push(Delta(ev.text))
+                    if calls is None:
+                        job.push(Delta(ev.text))
+                    else:
+                        n_before = len(calls.calls)
+                        content, new = calls.push(ev.text)
+                        if content or new:
+                            job.push(Delta(content, tuple(enumerate(new, n_before))))
                 self.on_progress(job, counters)
                 if finish is None and (job.cancelled.is_set() or self.state != "ready"):
                     finish = "cancelled" if job.cancelled.is_set() else "terminated"
@@ -271,8 +284,13 @@ class Worker:
             events.close()
         finish = finish or "length"
         queue_s = (job.t_start or job.t_arrival) - job.t_arrival
-        job.push(Outcome("".join(parts), "stop" if finish == FINISH_STOP else "length", counters, finish, queue_s,
-                         tokens if job.request.options.return_tokens else None))
+        text, found = "".join(parts), list[ToolCall]()
+        if calls is not None:
+            text, found = parse_calls(text, calls.names)
+            found[:len(calls.calls)] = calls.calls  # the ids already streamed
+        reason = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
+        job.push(Outcome(text, reason, counters, finish, queue_s,  # type: ignore[arg-type]
+                         tokens if job.request.options.return_tokens else None, found))
         return counters, finish
 
 
@@ -289,6 +307,23 @@ def _api_error(e: SpecliError) -> ApiError:
     return ApiError(500, e.one_line(), None, "internal_error")
 
 
+def answer_grammar(rt: Runtime, request: Request) -> Grammar | None:
+    """The grammar a chat request's answer follows: its response_format's, or its tool
+    calls' (400 where the model's vocabulary lacks the call tags as tokens)."""
+    structure = request.structure
+    if structure is None:
+        return None
+    if structure.response_format is not None:
+        return structure.response_format  # type: ignore[no-any-return]
+    if not structure.calls_tools:
+        return None
+    tags = [rt.target.tokenize(tag, add_special=False, parse_special=True) for tag in ("<tool_call>", "</tool_call>")]
+    if any(len(t) != 1 for t in tags):
+        raise bad("tools", "this model's vocabulary has no <tool_call> tokens, so its calls cannot be parsed",
+                  "unsupported_parameter")
+    return tool_grammar(structure, tags[0][0], tags[1][0])
+
+
 def prompt_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
     """The target's tokens for a request: a completion's prompt as text (special-token
     text parsed, as llama-server does), a chat through the same builder as `chat` and
@@ -301,7 +336,13 @@ def prompt_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
         system = msgs.pop(0)["content"] if msgs and msgs[0]["role"] == "system" else s.system
         roles = [m["role"] for m in msgs]
         simple = roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
-        if simple:
+        tools = request.structure.tools if request.structure is not None else ()
+        if tools and not s.raw:
+            full = [*([{"role": "system", "content": system}] if system else []), *msgs]
+            rendered = rt.target.apply_chat_template(full, True, tools) if rt.target.chat_template else ""
+            check_template(rt.target.chat_template, rendered, request.structure)
+            return rt.target.chat_tokens(full, tools=tools)
+        if simple and not any("tool_calls" in m for m in msgs):
             return prompting.prompt_tokens(rt.target, msgs[-1]["content"], msgs[:-1], system=system, raw=s.raw)
         if s.raw or not rt.target.chat_template:
             raise bad("messages", "without a chat template, messages must be alternating user and assistant "

@@ -1,0 +1,239 @@
+"""Structured output for the server: `response_format`, `tools` and `tool_choice` checked
+into a grammar, and a model's tool calls parsed out of its text.
+
+Tool calls use the format of the model's own chat template, rendered with the tools as
+llama-server's --jinja does. The format known here is the one Qwen2.5, Qwen3, Hermes
+and SmolLM3 templates describe: `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`,
+whose tags are single tokens of those vocabularies. A call's JSON is constrained to the
+function's name and parameter schema (`tool_choice` required or named: from the first
+token; auto: once the model opens a call).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specli.grammar import JSON_OPTIONS, Grammar, compile_grammar
+from specli.serve.schema import bad
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_CALL_RE = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a request asks of its answer's form (None / () when nothing)."""
+
+    response_format: Grammar | None = None
+    tools: tuple[dict[str, Any], ...] = ()  # as the template reads them: {"type": "function", "function": {...}}
+    tool_choice: str = "auto"  # auto, none, required, or a function's name
+    parallel: bool = True
+
+    @property
+    def calls_tools(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+
+def parse_structure(body: dict[str, Any]) -> Structure:
+    """`response_format`, `tools`, `tool_choice`, `parallel_tool_calls` checked (400s name the parameter)."""
+    grammar = _response_format(body.get("response_format"))
+    tools = _tools(body.get("tools"))
+    choice = _tool_choice(body.get("tool_choice"), tools)
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise bad("parallel_tool_calls", "parallel_tool_calls must be true or false", "invalid_type")
+    if grammar is not None and tools and choice != "none":
+        raise bad("response_format", "response_format with tools is not supported: give tools, or a response "
+                                     "format, or tool_choice none", "unsupported_parameter")
+    return Structure(grammar, tools, choice, parallel)
+
+
+def _response_format(value: Any) -> Grammar | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise bad("response_format", "response_format must be an object with a type", "invalid_type")
+    kind = value["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return compile_grammar("json_object", "{}")
+    if kind != "json_schema":
+        raise bad("response_format.type", f"response_format.type must be text, json_object or json_schema, "
+                                          f"got {json.dumps(kind)}")
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise bad("response_format.json_schema", "response_format.json_schema must be an object with a schema "
+                                                 "object", "invalid_type")
+    schema = spec.get("schema", {})
+    if spec.get("strict"):  # OpenAI's strict mode: no property beyond those listed
+        schema = _strict(schema)
+    try:
+        return compile_grammar("json_schema", json.dumps(schema))
+    except Exception as e:  # a UsageError: its message names the problem
+        raise bad("response_format.json_schema.schema", getattr(e, "message", str(e))) from None
+
+
+def _strict(schema: Any) -> Any:
+    """OpenAI's strict: every object closed unless it says otherwise."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if out.get("type") == "object" and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def _tools(value: Any) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad("tools", "tools must be an array", "invalid_type")
+    out = []
+    seen: set[str] = set()
+    for i, tool in enumerate(value):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+            raise bad(where, f'{where} must be {{"type": "function", "function": {{...}}}}', "invalid_type")
+        fn = tool["function"]
+        name = fn.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise bad(f"{where}.function.name", f"{where}.function.name must be 1-64 letters, digits, _ . or -")
+        if name in seen:
+            raise bad(f"{where}.function.name", f"two tools are named {name!r}")
+        seen.add(name)
+        params = fn.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise bad(f"{where}.function.parameters", f"{where}.function.parameters must be a JSON schema object",
+                      "invalid_type")
+        try:
+            compile_grammar("json_schema", json.dumps(params))
+        except Exception as e:
+            raise bad(f"{where}.function.parameters", getattr(e, "message", str(e))) from None
+        out.append({"type": "function", "function": {**fn, "parameters": params}})
+    return tuple(out)
+
+
+def _tool_choice(value: Any, tools: Sequence[dict[str, Any]]) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, str):
+        if value not in ("auto", "none", "required"):
+            raise bad("tool_choice", f"tool_choice must be auto, none, required or a function, got {json.dumps(value)}")
+        if value == "required" and not tools:
+            raise bad("tool_choice", "tool_choice required needs tools")
+        return value
+    fn = value.get("function") if isinstance(value, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
+        raise bad("tool_choice", 'tool_choice must be auto, none, required or {"type": "function", '
+                                 '"function": {"name": ...}}', "invalid_type")
+    if name not in [t["function"]["name"] for t in tools]:
+        raise bad("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
+    return name
+
+
+def check_template(template: str | None, rendered_with_tools: str, structure: Structure) -> None:
+    """400 unless the model's chat template shows the tools and calls them in a known format."""
+    if not structure.tools:
+        return
+    if not template:
+        raise bad("tools", "this model has no chat template, so it cannot be given tools", "unsupported_parameter")
+    if not all(name in rendered_with_tools for name in structure.names):
+        raise bad("tools", "this model's chat template cannot express tools (it does not render them)",
+                  "unsupported_parameter")
+    if structure.calls_tools and OPEN not in template:
+        raise bad("tools", f"this model's chat template calls tools in a format specli does not know "
+                           f"(it knows {OPEN}...{CLOSE}); use tool_choice none", "unsupported_parameter")
+
+
+def tool_grammar(structure: Structure, open_token: int, close_token: int) -> Grammar | None:
+    """The answer's grammar: text or calls (auto), calls (required), one call of the named
+    function; each call's JSON is {"name": <a tool>, "arguments": <its parameters>}."""
+    if not structure.calls_tools:
+        return None
+    names = structure.names if structure.tool_choice in ("auto", "required") else [structure.tool_choice]
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in structure.tools}
+    call_schema = {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "arguments": by_name[n]},
+                              "required": ["name", "arguments"], "additionalProperties": False} for n in names],
+                   "x-guidance": JSON_OPTIONS}
+    call = f'call: <[{open_token}]> "\\n" %json {json.dumps(call_schema)} "\\n" <[{close_token}]>'
+    several = structure.parallel and structure.tool_choice in ("auto", "required")
+    # a newline may end the calls: Qwen2.5-Coder writes one after </tool_call> and only then
+    # its end token; with nothing but another call allowed after it, it called on and on
+    calls = 'calls: call ("\\n" call)* "\\n"?' if several else 'calls: call "\\n"?'
+    start = "start: TEXT | calls\nTEXT: /[^<](.|\\n)*/" if structure.tool_choice == "auto" else "start: calls"
+    return compile_grammar("lark", f"{start}\n{calls}\n{call}\n")
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as the OpenAI API carries it
+    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+
+    def to_json(self, index: int | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "type": "function",
+                               "function": {"name": self.name, "arguments": self.arguments}}
+        if index is not None:
+            out["index"] = index
+        return out
+
+
+def parse_calls(text: str, names: Sequence[str]) -> tuple[str, list[ToolCall]]:
+    """(content, calls) of an answer: each `<tool_call>` block naming a known tool with an
+    object of arguments is a call; everything else is content."""
+    calls: list[ToolCall] = []
+    for block in _CALL_RE.findall(text):
+        try:
+            obj = json.loads(block)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("name") in names and isinstance(obj.get("arguments", {}), dict):
+            calls.append(ToolCall(obj["name"], json.dumps(obj.get("arguments", {}), ensure_ascii=False)))
+    content = _CALL_RE.sub("", text).strip() if calls else text
+    return content, calls
+
+
+class CallStream:
+    """Splits streamed text into content and finished tool calls: text that may still
+    open a call is held back; once it does, nothing is content and each closed block is
+    a call."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.text = ""
+        self._sent = 0  # characters of `text` let out as content, or consumed as calls
+        self.calls: list[ToolCall] = []
+        self.in_calls = False
+
+    def push(self, delta: str) -> tuple[str, list[ToolCall]]:
+        """New content to send, and calls finished by this delta."""
+        self.text += delta
+        if not self.in_calls:
+            head = self.text.lstrip()
+            if head.startswith(OPEN):
+                self.in_calls = True
+            elif OPEN.startswith(head):
+                return "", []  # may still open a call
+            else:
+                out, self._sent = self.text[self._sent:], len(self.text)
+                return out, []
+        new: list[ToolCall] = []
+        while (end := self.text.find(CLOSE, self._sent)) >= 0:
+            _, found = parse_calls(self.text[self._sent:end + len(CLOSE)], self.names)
+            new += found
+            self._sent = end + len(CLOSE)
+        self.calls += new
+        return "", new
