@@ -176,6 +176,15 @@ class Constraint:
         the bytes it forces, those that no later byte could merge with)."""
         return list(self._matcher.compute_ff_tokens())
 
+    def forced_after(self, tokens: Sequence[int]) -> list[int]:
+        """The tokens the grammar forces once `tokens` (valid, no end token) are emitted."""
+        if not tokens or any(t in self._eog for t in tokens):
+            return []
+        self._matcher.consume_tokens(list(tokens))
+        forced = list(self._matcher.compute_ff_tokens())
+        self._matcher.rollback(len(tokens))
+        return forced
+
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the current state, the grammar allows in a row."""
         return int(self._matcher.validate_tokens(list(tokens))) if tokens else 0

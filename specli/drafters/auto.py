@@ -92,6 +92,7 @@ class AutoDrafter:
         self._shadow: list[tuple[str, list[int], Match]] = []  # lookups offered but not drafted this step
         self.control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
         self.ledger = Ledger()  # plain steps drafting has won or lost in this generation, as measured
+        self._extra = 0  # tokens a grammar forced after the last draft, in its batch
 
     @property
     def decode_seconds(self) -> float:
@@ -171,6 +172,7 @@ class AutoDrafter:
         for name in self._since_tried:
             self._since_tried[name] = 0 if name == choice.drafter else self._since_tried[name] + 1
         self._used = (choice.drafter, len(d.tokens))
+        self._extra = 0
         return d
 
     def cut(self, n_kept: int) -> None:
@@ -178,6 +180,11 @@ class AutoDrafter:
         forbade the next): acceptance and batch costs are learned for what was verified."""
         if self._used is not None:
             self._used = (self._used[0], min(self._used[1], n_kept))
+
+    def extend(self, n_forced: int) -> None:
+        """The engine added `n_forced` tokens a grammar forces after the last proposal, to
+        the same batch: `accept` then counts them among the accepted."""
+        self._extra = n_forced
 
     def _hopeful(self, name: str, n: int, pending: int, choice: Choice) -> bool:
         """Could `name`, once in step with the text and at the acceptance a good stretch
@@ -214,6 +221,7 @@ class AutoDrafter:
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
         t_control = time.perf_counter()
+        n_emitted = n_accepted + 1  # the step's tokens: its draft's accepted (forced ones too) and the next
         if self._used is not None:
             name, n_drafted = self._used
             if n_drafted == 0:
@@ -222,9 +230,10 @@ class AutoDrafter:
                 draft_steps = n_drafted * self.costs.draft_ratio if name == "draft" else 0.0
                 self.ledger.record(n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
             corrections = self.costs.corrections
-            self.costs.observe_verify(n_drafted, verify_seconds, n_accepted)
+            self.costs.observe_verify(n_drafted + self._extra if n_drafted else 0, verify_seconds, n_accepted)
             if self.costs.corrections != corrections:
                 self.ledger.forgive()
+            n_accepted = min(n_accepted, n_drafted)  # of its own tokens: the forced ones were the grammar's
             if self._probing == name:
                 failed = n_accepted < n_drafted
                 cap = MAX_INTERVAL_FACTOR * self.explore_every
@@ -239,7 +248,7 @@ class AutoDrafter:
                 if name in self.by_n:
                     self._stats_by_n(name, self._match[name]).update(n_drafted, n_accepted)
             self._used = None
-        self._learn_from_shadows(history[len(history) - n_accepted - 1 :])
+        self._learn_from_shadows(history[len(history) - n_emitted :])
         self.control_seconds += time.perf_counter() - t_control
         if self.draft is not None:
             self.draft.accept(history, n_accepted, verify_seconds)

@@ -19,7 +19,7 @@ from specli.cache import common_prefix_len
 from specli.errors import ContextError, UsageError
 from specli.grammar import Constraint, MaskedRows
 from specli.metrics import Counters
-from specli.sampling import probs_from_logits
+from specli.sampling import one_hot, probs_from_logits
 from specli.types import Draft, Drafter, FinishReason, LanguageModel, SamplingParams, Verdict
 from specli.verify import cut_at_stop, match_greedy, verify_greedy, verify_rejection
 
@@ -202,6 +202,8 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
                 draft = Draft(draft.tokens[:k], draft.q_draft[:k] if draft.q_draft else None, draft.source)
             if constraint is not None:
                 draft = _allowed_part(draft, constraint, drafter)
+                if config.grammar_drafts and draft.q_after is None:
+                    draft = _extended(draft, constraint, k, drafter)
         t1 = clock()
 
         # 3. verify [last, d1..dk]: one target batch, or exact chunks decoded as far as accepted
@@ -269,6 +271,26 @@ def _forced_draft(constraint: Constraint, k: int, drafter: Drafter) -> Draft:
         n = np.arange(1, len(forced) + 1)
         forced = forced[: int(n[np.argmax((n + 1) / ratios[n])])]
     return Draft(forced, None, "grammar")
+
+
+def _extended(draft: Draft, constraint: Constraint, k: int, drafter: Drafter) -> Draft:
+    """The drafter's draft, then the tokens the grammar forces after it, in the same batch
+    (kept if the whole draft is; the drafter hears how many were added)."""
+    forced = constraint.forced_after(draft.tokens)[: k - len(draft.tokens)]
+    if not forced:
+        return draft
+    costs = getattr(drafter, "costs", None)
+    if costs is not None and costs.step > 0:  # no more than the batch's rate per plain step gains from
+        n = len(draft.tokens) + 1 + np.arange(len(forced) + 1)
+        rate = n / costs.batch_ratios(int(n[-1]))[n - 1]
+        forced = forced[: int(np.argmax(rate))]
+    extend = getattr(drafter, "extend", None)
+    if not forced or extend is None:
+        return draft
+    extend(len(forced))
+    qs = draft.q_draft
+    return Draft([*draft.tokens, *forced], [*qs, *(one_hot(t, qs[0].size) for t in forced)] if qs else None,
+                 draft.source)
 
 
 def _allowed_part(draft: Draft, constraint: Constraint, drafter: Drafter) -> Draft:

@@ -66,6 +66,7 @@ class Options:
     exact: bool | None = None
     history: bool = True  # False: this request's output stays out of the history store
     return_tokens: bool = False
+    grammar_drafts: bool | None = None  # under a grammar, draft the tokens it forces
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ _COMPLETION_ONLY = frozenset({"prompt", "echo", "suffix", "best_of"})
 _COMMON = frozenset({"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
                      "max_tokens", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
                      "presence_penalty", "user", "metadata", "store", "service_tier", "cache_prompt", "specli"})
-_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens")
+_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens", "grammar_drafts")
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -192,7 +193,7 @@ def _options(body: dict[str, Any], kind: str) -> Options:
 
 
 def _specli(value: Any) -> dict[str, Any]:
-    """specli's own request options: {drafter, draft_max, exact, history, return_tokens}."""
+    """specli's own request options: {drafter, draft_max, exact, history, return_tokens, grammar_drafts}."""
     if value is None:
         return {}
     if not isinstance(value, dict):
