@@ -171,6 +171,10 @@ class Constraint:
         """Nothing but an end-of-generation token may follow."""
         return bool(self._matcher.is_stopped())
 
+    def ends(self, token: int) -> bool:
+        """An end-of-generation token (never consumed by the matcher)."""
+        return token in self._eog
+
     def forced(self) -> list[int]:
         """Tokens the grammar forces next (its fast-forward tokens: the canonical tokens of
         the bytes it forces, those that no later byte could merge with)."""
@@ -233,10 +237,11 @@ class Constraint:
         return self._masked(row, self._mask())
 
     def _masked(self, row: np.ndarray, bits: np.ndarray) -> np.ndarray:
-        allowed = np.unpackbits(bits.view(np.uint8), count=self.n_vocab, bitorder="little").view(bool)
+        n = min(row.size, self.n_vocab)  # a draft model's rows may be cut to the shared vocabulary
+        allowed = np.unpackbits(bits.view(np.uint8), count=n, bitorder="little").view(bool)
         if not allowed.any():
             raise UsageError(f"the grammar allows no token here: {self._matcher.get_error() or 'a dead end'}")
-        return np.where(allowed, row[: self.n_vocab], np.float32(-np.inf))
+        return np.where(allowed, row[:n], np.float32(-np.inf))
 
 
 class MaskedRows(Sequence[np.ndarray]):

@@ -12,6 +12,7 @@ from specli.controller import AcceptanceStats, Choice, Costs, Ledger, choose
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
+from specli.grammar import Constraint
 from specli.types import Draft
 
 FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
@@ -174,6 +175,11 @@ class AutoDrafter:
         self._used = (choice.drafter, len(d.tokens))
         self._extra = 0
         return d
+
+    def constrain(self, constraint: Constraint | None) -> None:
+        """The generation's grammar, for the draft model (lookups are cut by the engine)."""
+        if self.draft is not None:
+            self.draft.constrain(constraint)
 
     def cut(self, n_kept: int) -> None:
         """The engine kept only the first `n_kept` tokens of the last proposal (a grammar

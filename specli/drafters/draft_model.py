@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specli.cache import common_prefix_len
+from specli.grammar import Constraint
 from specli.sampling import probs_from_logits, sample
 from specli.types import Draft, LanguageModel, SamplingParams
 
@@ -60,6 +61,13 @@ class DraftModelDrafter:
         self._n_proposed = 0
         self.catch_up_seconds = 0.0  # last proposal: decoding the tokens the cache lacked
         self.step_seconds: list[float] = []  # last proposal: each one-token draft decode
+        self.constraint: Constraint | None = None  # the generation's grammar (set by the engine)
+
+    def constrain(self, constraint: Constraint | None) -> None:
+        """Draft under the generation's grammar: rows masked (q is the masked
+        distribution, so rejection sampling stays exact) and the tokens it forces
+        drafted without drafting them, decoded in one batch."""
+        self.constraint = constraint
 
     @property
     def decode_seconds(self) -> float:
@@ -84,28 +92,61 @@ class DraftModelDrafter:
         self.step_seconds = []
         tokens: list[int] = []
         qs: list[np.ndarray] = []
-        for i in range(k):
-            row = logits[: self.n_common]
-            if self.stochastic:
-                q = probs_from_logits(row, self.sampling)
-                if i >= self.draft_min and self.draft_p_min > 0 and float(q.max()) < self.draft_p_min:
+        c = self.constraint
+        try:
+            for i in range(k):
+                if c is not None:
+                    c.seek(tokens, len(tokens))
+                    forced = c.forced()[: k - len(tokens)]
+                    if forced:
+                        tokens += forced
+                        qs += [np.zeros(0)] * len(forced) if self.stochastic else []
+                        if len(tokens) >= k:
+                            break
+                        logits = m.decode(forced, [len(forced) - 1])[0]
+                        c.seek(tokens, len(tokens))
+                if len(tokens) >= k:
                     break
-                tok = sample(q, self.rng)
-                if self.n_vocab_out > self.n_common:
-                    q = np.concatenate([q, np.zeros(self.n_vocab_out - self.n_common)])
-                qs.append(q)
-            else:
-                tok = int(row.argmax())
-                if i >= self.draft_min and self.draft_p_min > 0 and top_probability(row, tok) < self.draft_p_min:
+                tok = self._draft_one(logits, c, i, qs)
+                if tok is None:
                     break
-            tokens.append(tok)
-            if i == k - 1:
-                break
-            t0 = m.decode_seconds
-            logits = m.decode([tok], [0])[0]
-            self.step_seconds.append(m.decode_seconds - t0)
+                tokens.append(tok)
+                if len(tokens) >= k or (c is not None and c.ends(tok)):
+                    break
+                t0 = m.decode_seconds
+                logits = m.decode([tok], [0])[0]
+                self.step_seconds.append(m.decode_seconds - t0)
+        finally:
+            if c is not None:
+                c.seek(tokens, 0)
         self._n_proposed = len(tokens)
+        if self.stochastic:  # a forced token's q is one-hot
+            qs = [q if q.size else self._one_hot(t) for q, t in zip(qs, tokens)]
         return Draft(tokens, qs if self.stochastic else None, self.name)
+
+    def _one_hot(self, token: int) -> np.ndarray:
+        q = np.zeros(self.n_vocab_out)
+        q[token] = 1.0
+        return q
+
+    def _draft_one(self, logits: np.ndarray, c: Constraint | None, i: int, qs: list[np.ndarray]) -> int | None:
+        """One drafted token from a row (masked under a grammar); None: stop drafting."""
+        row = logits[: self.n_common]
+        if c is not None:
+            row = c.masked(row)
+        if self.stochastic:
+            q = probs_from_logits(row, self.sampling)
+            if i >= self.draft_min and self.draft_p_min > 0 and float(q.max()) < self.draft_p_min:
+                return None
+            tok = sample(q, self.rng)
+            if self.n_vocab_out > q.size:
+                q = np.concatenate([q, np.zeros(self.n_vocab_out - q.size)])
+            qs.append(q)
+            return tok
+        tok = int(row.argmax())
+        if i >= self.draft_min and self.draft_p_min > 0 and top_probability(row, tok) < self.draft_p_min:
+            return None
+        return tok
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         if self._n_proposed == 0:

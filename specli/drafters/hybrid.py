@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
+from specli.grammar import Constraint
 from specli.types import Draft
 
 
@@ -18,6 +19,9 @@ class HybridDrafter:
     @property
     def decode_seconds(self) -> float:
         return self.draft.decode_seconds
+
+    def constrain(self, constraint: Constraint | None) -> None:
+        self.draft.constrain(constraint)
 
     def begin(self, history: Sequence[int]) -> None:
         self.draft.begin(history)

@@ -113,9 +113,14 @@ def generate_steps(target: LanguageModel, prompt: Sequence[int], config: Generat
     generation is over, however it ends. Under a `constraint` (a fresh one per
     generation) every row is masked by its grammar and the tokens it forces are drafted."""
     history = list(prompt)
+    constrain = getattr(drafter, "constrain", None)  # a draft model drafts under the grammar too
+    if constrain is not None:
+        constrain(constraint)
     try:
         yield from _steps(history, target, prompt, config, drafter, verifier, constraint)
     finally:
+        if constrain is not None:
+            constrain(None)
         if drafter is not None:
             drafter.end(history)
 
