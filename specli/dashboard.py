@@ -75,6 +75,8 @@ def stats_table(c: metrics.Counters, rolling_tps: float | None = None) -> Table:
         t.add_row("first token", f"{c.t_first_token * 1000:.0f} ms")
     if c.drafter_steps:
         t.add_row("steps", ", ".join(f"{k} {v}" for k, v in sorted(c.drafter_steps.items())))
+    if c.n_forced:
+        t.add_row("grammar", f"{c.n_forced} forced tokens drafted, {c.n_forced_accepted} kept")
     return t
 
 

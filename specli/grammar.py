@@ -198,6 +198,18 @@ class Constraint:
         if tokens and not self._matcher.consume_tokens(list(tokens)):
             raise UsageError(f"the grammar refused an emitted token: {self._matcher.get_error()}")
 
+    def push(self, tokens: Sequence[int]) -> int:
+        """Follow `tokens` ahead of the emitted text (a draft being built); returns how
+        many the matcher took, for `pop`."""
+        taken = [t for t in tokens if t not in self._eog]
+        if taken:
+            self._matcher.consume_tokens(taken)
+        return len(taken)
+
+    def pop(self, n: int) -> None:
+        if n:
+            self._matcher.rollback(n)
+
     def seek(self, draft: Sequence[int], i: int) -> None:
         """Put the matcher after the first i tokens of `draft` (valid for the grammar)."""
         want = [t for t in draft[:i] if t not in self._eog]

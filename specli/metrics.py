@@ -24,6 +24,8 @@ class Counters:
     drafted_by_pos: list[int] = field(default_factory=list)
     accepted_by_pos: list[int] = field(default_factory=list)
     drafter_steps: dict[str, int] = field(default_factory=dict)  # steps per drafter / mode
+    n_forced: int = 0  # of n_drafted: tokens a grammar forced (the "grammar" drafter), in any step
+    n_forced_accepted: int = 0
     t_prefill: float = 0.0
     t_draft: float = 0.0
     t_verify: float = 0.0
@@ -169,6 +171,8 @@ def summary(c: Counters) -> dict[str, object]:
         "ms_per_target_forward": ms_per_forward(c),
         "acceptance_by_position": acceptance_by_position(c),
         "drafter_steps": dict(c.drafter_steps),
+        "n_forced": c.n_forced,
+        "n_forced_accepted": c.n_forced_accepted,
         "tokens_per_second": tokens_per_second(c),
         "decode_tokens_per_second": decode_tokens_per_second(c),
         "time_to_first_token_s": c.t_first_token,
@@ -184,7 +188,7 @@ def merge(a: Counters, b: Counters) -> Counters:
     out = a.snapshot()
     for name in (
         "n_prompt", "n_prompt_reused", "n_generated", "n_target_forwards", "n_step_tokens",
-        "n_drafted", "n_accepted", "t_prefill", "t_draft", "t_verify", "t_total", "t_llama",
+        "n_drafted", "n_accepted", "n_forced", "n_forced_accepted", "t_prefill", "t_draft", "t_verify", "t_total", "t_llama",
         "t_llama_draft", "t_llama_verify", "t_accept", "t_control", "t_loop", "t_outside", "t_text",
     ):
         setattr(out, name, getattr(a, name) + getattr(b, name))

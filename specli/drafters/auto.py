@@ -94,6 +94,7 @@ class AutoDrafter:
         self.control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
         self.ledger = Ledger()  # plain steps drafting has won or lost in this generation, as measured
         self._extra = 0  # tokens a grammar forced after the last draft, in its batch
+        self._prefix = 0  # tokens a grammar forced before it
 
     @property
     def decode_seconds(self) -> float:
@@ -176,16 +177,21 @@ class AutoDrafter:
         self._extra = 0
         return d
 
-    def constrain(self, constraint: Constraint | None) -> None:
+    def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
         """The generation's grammar, for the draft model (lookups are cut by the engine)."""
         if self.draft is not None:
-            self.draft.constrain(constraint)
+            self.draft.constrain(constraint, take_forced)
 
     def cut(self, n_kept: int) -> None:
         """The engine kept only the first `n_kept` tokens of the last proposal (a grammar
         forbade the next): acceptance and batch costs are learned for what was verified."""
         if self._used is not None:
             self._used = (self._used[0], min(self._used[1], n_kept))
+
+    def prefixed(self, n_forced: int) -> None:
+        """The next proposal follows `n_forced` tokens a grammar forces, in its batch: the
+        history it is given ends with them."""
+        self._prefix = n_forced
 
     def extend(self, n_forced: int) -> None:
         """The engine added `n_forced` tokens a grammar forces after the last proposal, to
@@ -227,16 +233,17 @@ class AutoDrafter:
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
         t_control = time.perf_counter()
-        n_emitted = n_accepted + 1  # the step's tokens: its draft's accepted (forced ones too) and the next
+        n_emitted = n_accepted + 1  # the tokens after the forced prefix: its draft's accepted (forced ones too), the next
         if self._used is not None:
             name, n_drafted = self._used
             if n_drafted == 0:
                 self.ledger.plain()
             elif verify_seconds > 0 and self.costs.step > 0:  # priced before this step corrects the costs
                 draft_steps = n_drafted * self.costs.draft_ratio if name == "draft" else 0.0
-                self.ledger.record(n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
+                self.ledger.record(self._prefix + n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
             corrections = self.costs.corrections
-            self.costs.observe_verify(n_drafted + self._extra if n_drafted else 0, verify_seconds, n_accepted)
+            self.costs.observe_verify(self._prefix + (n_drafted + self._extra if n_drafted else 0), verify_seconds,
+                                      self._prefix + n_accepted)
             if self.costs.corrections != corrections:
                 self.ledger.forgive()
             n_accepted = min(n_accepted, n_drafted)  # of its own tokens: the forced ones were the grammar's
@@ -254,6 +261,7 @@ class AutoDrafter:
                 if name in self.by_n:
                     self._stats_by_n(name, self._match[name]).update(n_drafted, n_accepted)
             self._used = None
+        self._prefix = self._extra = 0
         self._learn_from_shadows(history[len(history) - n_emitted :])
         self.control_seconds += time.perf_counter() - t_control
         if self.draft is not None:

@@ -21,6 +21,7 @@ from specli.types import Draft, LanguageModel, SamplingParams
 # stop test reads the row once instead of taking an exp of every logit (0.29 ms a draft
 # token on this CPU, most of auto's host work with a draft model).
 NEGLIGIBLE_LOGIT = 20.0
+RECHECK = 80  # cached tokens compared with the history after a verification: more than a draft
 
 
 def top_probability(logits: np.ndarray, top: int | None = None) -> float:
@@ -58,16 +59,18 @@ class DraftModelDrafter:
         self.stochastic = sample_draft and not sampling.greedy
         self.rng = np.random.default_rng(None if sampling.seed is None else sampling.seed + 1)
         self._base = 0  # history length at the last proposal
-        self._n_proposed = 0
+        self._live = False  # the cache went past the history since the last verification
         self.catch_up_seconds = 0.0  # last proposal: decoding the tokens the cache lacked
         self.step_seconds: list[float] = []  # last proposal: each one-token draft decode
         self.constraint: Constraint | None = None  # the generation's grammar (set by the engine)
+        self.take_forced = True
 
-    def constrain(self, constraint: Constraint | None) -> None:
+    def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
         """Draft under the generation's grammar: rows masked (q is the masked
-        distribution, so rejection sampling stays exact) and the tokens it forces
-        drafted without drafting them, decoded in one batch."""
+        distribution, so rejection sampling stays exact) and, with `take_forced`, the
+        tokens it forces taken without drafting them, decoded in one batch."""
         self.constraint = constraint
+        self.take_forced = take_forced
 
     @property
     def decode_seconds(self) -> float:
@@ -77,49 +80,46 @@ class DraftModelDrafter:
         # keep the common prefix; the rest is decoded by the first proposal, so a
         # controller that never asks this drafter never pays for its prefill
         self.model.rollback(min(common_prefix_len(self.model.tokens, history), len(history)))
-        self._n_proposed = 0
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         m = self.model
         pending = history[m.n_past :]
         self._base = len(history)
-        self._n_proposed = 0
         if k <= 0 or not pending or m.n_past + len(pending) + k > m.n_ctx:
             return Draft(source=self.name)
         t0 = m.decode_seconds
         logits = m.decode(pending, [len(pending) - 1])[0]
+        self._live = True
         self.catch_up_seconds = m.decode_seconds - t0
         self.step_seconds = []
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         c = self.constraint
+        pushed = 0  # tokens the grammar's matcher followed ahead, undone at the end
         try:
             for i in range(k):
-                if c is not None:
-                    c.seek(tokens, len(tokens))
-                    forced = c.forced()[: k - len(tokens)]
-                    if forced:
-                        tokens += forced
-                        qs += [np.zeros(0)] * len(forced) if self.stochastic else []
-                        if len(tokens) >= k:
-                            break
-                        logits = m.decode(forced, [len(forced) - 1])[0]
-                        c.seek(tokens, len(tokens))
-                if len(tokens) >= k:
-                    break
+                forced = c.forced()[: k - len(tokens)] if c is not None and self.take_forced else []
+                if forced:
+                    tokens += forced
+                    qs += [np.zeros(0)] * len(forced) if self.stochastic else []
+                    pushed += c.push(forced)  # type: ignore[union-attr]
+                    if len(tokens) >= k:
+                        break
+                    logits = m.decode(forced, [len(forced) - 1])[0]
                 tok = self._draft_one(logits, c, i, qs)
                 if tok is None:
                     break
                 tokens.append(tok)
                 if len(tokens) >= k or (c is not None and c.ends(tok)):
                     break
+                if c is not None:
+                    pushed += c.push([tok])
                 t0 = m.decode_seconds
                 logits = m.decode([tok], [0])[0]
                 self.step_seconds.append(m.decode_seconds - t0)
         finally:
             if c is not None:
-                c.seek(tokens, 0)
-        self._n_proposed = len(tokens)
+                c.pop(pushed)
         if self.stochastic:  # a forced token's q is one-hot
             qs = [q if q.size else self._one_hot(t) for q, t in zip(qs, tokens)]
         return Draft(tokens, qs if self.stochastic else None, self.name)
@@ -149,11 +149,15 @@ class DraftModelDrafter:
         return tok
 
     def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
-        if self._n_proposed == 0:
+        if not self._live:  # nothing decoded since the last verification
             return
-        # the cache holds history[:base] + a prefix of the draft; keep what was accepted
-        self.model.rollback(min(self._base + n_accepted, self.model.n_past))
-        self._n_proposed = 0
+        self._live = False
+        # the cache holds history[:base] + a prefix of the draft; keep what was accepted, and
+        # no token that differs from the history (a grammar's forced token the target rejected)
+        keep = min(self._base + n_accepted, self.model.n_past, len(history))
+        low = max(0, keep - RECHECK)
+        keep = low + common_prefix_len(self.model.tokens[low:keep], history[low:keep])
+        self.model.rollback(keep)
 
     def end(self, history: Sequence[int]) -> None:
         pass

@@ -20,8 +20,8 @@ class HybridDrafter:
     def decode_seconds(self) -> float:
         return self.draft.decode_seconds
 
-    def constrain(self, constraint: Constraint | None) -> None:
-        self.draft.constrain(constraint)
+    def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
+        self.draft.constrain(constraint, take_forced)
 
     def begin(self, history: Sequence[int]) -> None:
         self.draft.begin(history)
