@@ -232,6 +232,10 @@ class Constraint:
         self._matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
         return self._bits
 
+    def n_allowed(self) -> int:
+        """How many tokens the grammar allows next."""
+        return int(np.unpackbits(self._mask().view(np.uint8), count=self.n_vocab, bitorder="little").sum())
+
     def allowed(self, token: int) -> bool:
         bits = self._mask()
         return bool((int(bits[token >> 5]) >> (token & 31)) & 1)

@@ -60,7 +60,7 @@ class Draft:
     # q of a drafted token a grammar removed right after `tokens`: the last row then draws
     # from residual(p, q_after), the rejection verification would have made (p is 0 there)
     q_after: np.ndarray | None = None
-    n_forced_after: int = 0  # of `tokens`, the last ones a grammar forced after the drafter's (metrics)
+    forced_at: tuple[int, ...] = ()  # positions in `tokens` a grammar forced (the "grammar" drafter's, in metrics)
 
 
 class LanguageModel(Protocol):

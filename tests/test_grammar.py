@@ -220,3 +220,57 @@ def test_sampling_follows_the_masked_target_distribution(smol: Model, smol_draft
     assert tv(exact, unmasked) > 2 * bound, "this prompt cannot tell a verifier that ignores the mask apart"
     observed = tv({k: v / n for k, v in seen.items()}, exact)
     assert observed < bound, (observed, bound)
+
+
+def test_refused_drafts_leave_every_state_in_step(smol: Model, smol_draft: Model) -> None:
+    """A verifier that refuses each draft at its first position where the grammar allows
+    another token (never at a forced one: there it allows nothing else) and takes that
+    token instead: the answer still follows the schema, the grammar follows what was
+    emitted, and the draft model's cache stays a prefix of it."""
+    from specli.engine.core import verify_step
+    from specli.grammar import MaskedRows
+    from specli.types import Verdict
+
+    refused = 0
+
+    def contrary(draft: Any, rows: Any, sampling: Any, rng: Any) -> Verdict:
+        nonlocal refused
+        if isinstance(rows, MaskedRows):
+            for i, d in enumerate(draft.tokens):
+                row = rows[i]
+                top2 = np.argsort(-row, kind="stable")[:2]
+                other = next((int(t) for t in top2 if np.isfinite(row[t]) and t != d), None)
+                if other is not None:
+                    refused += 1
+                    return Verdict(i, other)
+        return verify_step(draft, rows, sampling, rng)
+
+    grammar = compile_grammar("json_schema", json.dumps(TOOL_SCHEMA))
+    toks = chat(smol, "Call a tool to read line 3 of main.py.")
+    for drafter in (NgramDrafter(), DraftModelDrafter(smol_draft)):
+        refused = 0
+        res = run(smol, toks, GenerationConfig(max_tokens=300, draft_max=8), drafter, contrary,
+                  constraint=Constraint(grammar, smol.vocab))
+        assert refused > 0 and res.counters.n_forced > 0
+        assert res.finish_reason == "stop"
+        assert_valid(json.loads(res.text), TOOL_SCHEMA)
+    history = [*toks, *res.tokens]
+    assert smol_draft.tokens == history[: len(smol_draft.tokens)]
+
+
+def test_forced_tokens_are_the_only_tokens_the_mask_allows(smol: Model) -> None:
+    """Where llguidance reports forced tokens, its mask allows exactly the first of them:
+    a forced token has probability 1 under the masked target (its verification cannot
+    reject it; it is still verified, at the cost of its row)."""
+    grammar = compile_grammar("json_schema", json.dumps(TOOL_SCHEMA))
+    res = run(smol, chat(smol, "Call a tool to read line 3 of main.py."), GenerationConfig(max_tokens=120),
+              constraint=Constraint(grammar, smol.vocab))
+    c = Constraint(grammar, smol.vocab)
+    n_forced = 0
+    for token in res.tokens:
+        forced = c.forced()
+        if forced:
+            n_forced += 1
+            assert c.n_allowed() == 1 and c.allowed(forced[0]) and forced[0] == token
+        c.advance([token])
+    assert n_forced > 10

@@ -96,10 +96,12 @@ class DraftModelDrafter:
         qs: list[np.ndarray] = []
         c = self.constraint
         pushed = 0  # tokens the grammar's matcher followed ahead, undone at the end
+        at: list[int] = []  # positions of forced tokens
         try:
             for i in range(k):
                 forced = c.forced()[: k - len(tokens)] if c is not None and self.take_forced else []
                 if forced:
+                    at += range(len(tokens), len(tokens) + len(forced))
                     tokens += forced
                     qs += [np.zeros(0)] * len(forced) if self.stochastic else []
                     pushed += c.push(forced)  # type: ignore[union-attr]
@@ -122,7 +124,7 @@ class DraftModelDrafter:
                 c.pop(pushed)
         if self.stochastic:  # a forced token's q is one-hot
             qs = [q if q.size else self._one_hot(t) for q, t in zip(qs, tokens)]
-        return Draft(tokens, qs if self.stochastic else None, self.name)
+        return Draft(tokens, qs if self.stochastic else None, self.name, forced_at=tuple(at))
 
     def _one_hot(self, token: int) -> np.ndarray:
         q = np.zeros(self.n_vocab_out)

@@ -207,7 +207,7 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         if drafter is not None and asked:
             draft = _drafter_draft(drafter, history, forced, k, constraint, config.grammar_drafts)
         else:
-            draft = Draft(forced, None, "grammar") if forced else _EMPTY
+            draft = Draft(forced, None, "grammar", None, tuple(range(len(forced)))) if forced else _EMPTY
         t1 = clock()
 
         # 3. verify [last, d1..dk]: one target batch, or exact chunks decoded as far as accepted
@@ -252,9 +252,8 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         n_acc_emitted = min(n_acc, len(emitted))
         name = (draft.source or (drafter.name if drafter is not None else "draft")) if draft.tokens else "none"
         c.record_step(name, len(draft.tokens), n_acc_emitted, len(emitted))
-        n_after = draft.n_forced_after  # forced tokens at the draft's end, after the drafter's
-        c.n_forced += len(forced) + n_after
-        c.n_forced_accepted += min(len(forced), n_acc_emitted) + max(0, n_acc_emitted - len(draft.tokens) + n_after)
+        c.n_forced += len(draft.forced_at)
+        c.n_forced_accepted += sum(1 for i in draft.forced_at if i < n_acc_emitted)
         yield step(list(emitted), len(draft.tokens), n_acc_emitted, name, reason)
         if reason is not None:
             return
@@ -286,7 +285,8 @@ def _drafter_draft(drafter: Drafter, history: list[int], forced: list[int], k: i
     if not forced:
         return d
     qs = [_one_hot_like(t, d.q_draft[0]) for t in forced] + d.q_draft if d.q_draft else None
-    return Draft([*forced, *d.tokens], qs, d.source if d.tokens else "grammar", d.q_after, d.n_forced_after)
+    return Draft([*forced, *d.tokens], qs, d.source if d.tokens else "grammar", d.q_after,
+                 (*range(len(forced)), *(len(forced) + i for i in d.forced_at)))
 
 
 def _hook(drafter: Drafter, name: str, *args: int) -> None:
@@ -330,7 +330,7 @@ def _extended(draft: Draft, constraint: Constraint, k: int, drafter: Drafter) ->
     _hook(drafter, "extend", len(forced))
     qs = draft.q_draft
     return Draft([*draft.tokens, *forced], [*qs, *(one_hot(t, qs[0].size) for t in forced)] if qs else None,
-                 draft.source, n_forced_after=len(forced))
+                 draft.source, None, (*draft.forced_at, *range(len(draft.tokens), len(draft.tokens) + len(forced))))
 
 
 def _allowed_part(draft: Draft, constraint: Constraint, drafter: Drafter) -> Draft:
@@ -340,7 +340,8 @@ def _allowed_part(draft: Draft, constraint: Constraint, drafter: Drafter) -> Dra
         return draft
     _hook(drafter, "cut", n)
     qs = draft.q_draft
-    return Draft(draft.tokens[:n], qs[:n] if qs else None, draft.source, qs[n] if qs else None)
+    return Draft(draft.tokens[:n], qs[:n] if qs else None, draft.source, qs[n] if qs else None,
+                 tuple(i for i in draft.forced_at if i < n))
 
 
 def _resumed(c: Counters, t_start: float, clock: Callable[[], float]) -> float:
