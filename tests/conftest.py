@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,11 @@ def _own_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("SPECLI_HISTORY_DIR", None)
     else:
         os.environ["SPECLI_HISTORY_DIR"] = old
+
+
+def total_variation(a: dict[Any, float], b: dict[Any, float]) -> float:
+    """Total variation distance between two distributions given as outcome -> mass."""
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
 
 def model_file(name: str) -> Path:

@@ -3,6 +3,7 @@ its stderr collected, ready once /health answers 200."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -33,6 +35,17 @@ def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
+
+
+@contextlib.contextmanager
+def running(args: list[str], **kw: Any) -> Iterator[ServeProcess]:
+    """A server started with `args`, ready, stopped on exit."""
+    srv = ServeProcess(args, **kw)
+    try:
+        srv.wait_ready()
+        yield srv
+    finally:
+        srv.stop()
 
 
 class ServeProcess:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
+from conftest import total_variation as tv
 
 from specli.backend import LoadOptions, Model
 from specli.bench import first_difference
@@ -309,9 +310,6 @@ def test_qwen_pair_sampling_matches_target_distribution(qwen_target: Model, qwen
             exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
         for t2 in np.flatnonzero(q2 > 1e-3):
             accept_all[(int(t1), int(t2))] = float(p1[t1] * q2[t2])
-
-    def tv(a: dict[tuple[int, int], float], b: dict[tuple[int, int], float]) -> float:
-        return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
     n = 120
     seen: Counter[tuple[int, int]] = Counter()

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import SMOL
+from conftest import total_variation as tv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -199,9 +200,6 @@ def test_sampling_follows_the_masked_target_distribution(smol: Model, smol_draft
             p2 = probs_from_logits(c.masked(row2), params)
             for t2 in np.flatnonzero(p2 > 0):
                 exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
-
-    def tv(a: dict[tuple[int, int], float], b: dict[tuple[int, int], float]) -> float:
-        return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
     n = 150
     seen: Counter[tuple[int, int]] = Counter()

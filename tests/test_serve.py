@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import SMOL, model_file
-from serve_process import ServeProcess, http
+from serve_process import ServeProcess, http, running
 from typer.testing import CliRunner
 
 openai = pytest.importorskip("openai")
@@ -27,12 +27,8 @@ PROMPT = "List the first five planets of the solar system, one per line."
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServeProcess]:
     model_file(SMOL)
-    srv = ServeProcess(ARGS)
-    try:
-        srv.wait_ready()
+    with running(ARGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import QWEN_DRAFT, model_file
-from serve_process import ServeProcess, http
+from serve_process import ServeProcess, http, running
 
 openai = pytest.importorskip("openai")
 
@@ -34,12 +34,8 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServeProcess]:
     model_file(MODEL)
-    srv = ServeProcess(["--target", MODEL, "--draft", "none", "--ctx", "4096"])
-    try:
-        srv.wait_ready()
+    with running(["--target", MODEL, "--draft", "none", "--ctx", "4096"]) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
