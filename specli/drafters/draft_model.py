@@ -80,6 +80,7 @@ class DraftModelDrafter:
         # keep the common prefix; the rest is decoded by the first proposal, so a
         # controller that never asks this drafter never pays for its prefill
         self.model.rollback(min(common_prefix_len(self.model.tokens, history), len(history)))
+        self._live = False
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         m = self.model
