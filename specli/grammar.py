@@ -27,7 +27,6 @@ import numpy as np
 from specli.errors import UsageError
 
 GrammarKind = Literal["json_schema", "json_object", "gbnf", "regex", "choice", "lark"]
-KINDS: tuple[GrammarKind, ...] = ("json_schema", "json_object", "gbnf", "regex", "choice", "lark")
 
 # Compact JSON (", " and ": ", no other whitespace): a schema's keys and punctuation are
 # then forced bytes, and models write JSON this way. A schema's "x-guidance" overrides it.
@@ -124,9 +123,9 @@ class _Wrapped:
 
     bos_token_id = None
 
-    def __init__(self, vocab: GrammarModel) -> None:
+    def __init__(self, vocab: GrammarModel, eog: list[int]) -> None:
         self.tokens = vocab.grammar_pieces()
-        self.eos_token_id = vocab.eog_tokens()[0] if vocab.eog_tokens() else 0
+        self.eos_token_id = eog[0] if eog else 0
         self._tokenize = vocab.tokenize_bytes
 
     def __call__(self, data: bytes) -> list[int]:
@@ -141,7 +140,8 @@ def tokenizer_for(vocab: GrammarModel) -> llg.LLTokenizer:
     per loaded model). Every end-of-generation token ends a complete grammar."""
     tok = _tokenizers.get(vocab)
     if tok is None:
-        tok = llg.LLTokenizer(llg.TokenizerWrapper(_Wrapped(vocab)), eos_token=vocab.eog_tokens())
+        eog = vocab.eog_tokens()
+        tok = llg.LLTokenizer(llg.TokenizerWrapper(_Wrapped(vocab, eog)), eos_token=eog)
         _tokenizers[vocab] = tok
     return tok
 
@@ -152,12 +152,15 @@ class Constraint:
 
     def __init__(self, grammar: Grammar, vocab: GrammarModel) -> None:
         self.grammar = grammar
-        self._matcher = llg.LLMatcher(tokenizer_for(vocab), grammar.compiled, log_level=0)
+        tokenizer = tokenizer_for(vocab)
+        self._matcher = llg.LLMatcher(tokenizer, grammar.compiled, log_level=0)
         if self._matcher.is_error():
             raise UsageError(f"the {grammar.label} is invalid: {_first_line(self._matcher.get_error())}",
                              HINTS[grammar.kind])
         self.n_vocab = vocab.n_vocab
-        self._eog = frozenset(vocab.eog_tokens())  # end the text: never consumed (a rollback would not count them)
+        # end the text: never consumed (a rollback would not count them); the tokenizer's
+        # own list (a pass over the vocabulary took 60-100 ms a request)
+        self._eog = frozenset(tokenizer.eos_tokens)
         self._bits = np.zeros((self.n_vocab + 31) // 32, dtype=np.int32)
         self._ahead: list[int] = []  # draft tokens consumed past the emitted ones
 

@@ -52,10 +52,11 @@ class Verdict:
 @dataclass
 class Draft:
     """Tokens proposed by a drafter; q_draft[i] is the distribution tokens[i] was drawn
-    from (dense float64 over the vocabulary), or None for a deterministic drafter."""
+    from (dense float64 over the vocabulary; None: that token was certain, a one-hot q),
+    or None for a deterministic drafter."""
 
     tokens: list[int] = field(default_factory=list)
-    q_draft: list[np.ndarray] | None = None
+    q_draft: list[np.ndarray | None] | None = None
     source: str = ""
     # q of a drafted token a grammar removed right after `tokens`: the last row then draws
     # from residual(p, q_after), the rejection verification would have made (p is 0 there)

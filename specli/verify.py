@@ -45,7 +45,7 @@ def match_greedy(draft_tokens: Sequence[int], argmax_at: Callable[[int], int]) -
 def verify_rejection(
     draft_tokens: Sequence[int],
     p_target: Sequence[Row],
-    q_draft: Sequence[Row] | None,
+    q_draft: Sequence[Row | None] | None,
     rng: np.random.Generator,
     q_after: Row | None = None,
 ) -> Verdict:
@@ -54,7 +54,8 @@ def verify_rejection(
 
     `p_target` has len(draft) + 1 rows, already under the sampler settings; row i is
     indexed only once position i is reached. `q_draft[i]` is the distribution
-    `draft_tokens[i]` was drawn from; None means a deterministic drafter (one-hot q).
+    `draft_tokens[i]` was drawn from; None (the list, or an entry) means a deterministic
+    draft (one-hot q).
 
     Position i: accept d_i with probability min(1, p_i(d_i) / q_i(d_i)) using one
     uniform; on rejection draw from residual(p_i, q_i) (p_i if that is None) and stop.

@@ -94,7 +94,7 @@ class Vocab:
         out = []
         for t in range(self.n_vocab):
             attr = int(llama_cpp.llama_vocab_get_attr(self._ptr, t))
-            text = self._special_piece(t)
+            text = self._special_piece(t) if attr & (control | user) else b""
             special = attr & control or (attr & user and text.startswith(b"<") and text.endswith(b">"))
             out.append(b"\xff" + text if special else self.piece(t))
         return out

@@ -94,7 +94,7 @@ class DraftModelDrafter:
         self.catch_up_seconds = m.decode_seconds - t0
         self.step_seconds = []
         tokens: list[int] = []
-        qs: list[np.ndarray] = []
+        qs: list[np.ndarray | None] = []
         c = self.constraint
         pushed = 0  # tokens the grammar's matcher followed ahead, undone at the end
         at: list[int] = []  # positions of forced tokens
@@ -104,7 +104,7 @@ class DraftModelDrafter:
                 if forced:
                     at += range(len(tokens), len(tokens) + len(forced))
                     tokens += forced
-                    qs += [np.zeros(0)] * len(forced) if self.stochastic else []
+                    qs += [None] * len(forced)  # one-hot: verification builds one only on a rejection
                     pushed += c.push(forced)  # type: ignore[union-attr]
                     if len(tokens) >= k:
                         break
@@ -123,16 +123,9 @@ class DraftModelDrafter:
         finally:
             if c is not None:
                 c.pop(pushed)
-        if self.stochastic:  # a forced token's q is one-hot
-            qs = [q if q.size else self._one_hot(t) for q, t in zip(qs, tokens)]
         return Draft(tokens, qs if self.stochastic else None, self.name, forced_at=tuple(at))
 
-    def _one_hot(self, token: int) -> np.ndarray:
-        q = np.zeros(self.n_vocab_out)
-        q[token] = 1.0
-        return q
-
-    def _draft_one(self, logits: np.ndarray, c: Constraint | None, i: int, qs: list[np.ndarray]) -> int | None:
+    def _draft_one(self, logits: np.ndarray, c: Constraint | None, i: int, qs: list[np.ndarray | None]) -> int | None:
         """One drafted token from a row (masked under a grammar); None: stop drafting."""
         row = logits[: self.n_common]
         if c is not None:

@@ -19,7 +19,7 @@ from specli.cache import common_prefix_len
 from specli.errors import ContextError, UsageError
 from specli.grammar import Constraint, MaskedRows
 from specli.metrics import Counters
-from specli.sampling import one_hot, probs_from_logits
+from specli.sampling import probs_from_logits
 from specli.types import Draft, Drafter, FinishReason, LanguageModel, SamplingParams, Verdict
 from specli.verify import cut_at_stop, match_greedy, verify_greedy, verify_rejection
 
@@ -201,7 +201,7 @@ def _steps(history: list[int], target: LanguageModel, prompt: Sequence[int], con
         run = 0  # tokens the grammar forces next
         if constraint is not None and config.grammar_drafts and drafter is not None and k > 0:
             whole = constraint.forced()[:k]
-            forced, run = _priced_run(whole, drafter), len(whole)
+            forced, run = _affordable(whole, drafter, 0, 1), len(whole)
         # the drafter goes on after a whole forced run (a cut one goes on next step)
         asked = drafter is not None and k > len(forced) and len(forced) == run
         if drafter is not None and asked:
@@ -284,7 +284,7 @@ def _drafter_draft(drafter: Drafter, history: list[int], forced: list[int], k: i
             constraint.pop(pushed)  # type: ignore[union-attr]
     if not forced:
         return d
-    qs = [one_hot(t, d.q_draft[0].size) for t in forced] + d.q_draft if d.q_draft else None
+    qs = [*[None] * len(forced), *d.q_draft] if d.q_draft else None  # forced: one-hot q
     return Draft([*forced, *d.tokens], qs, d.source if d.tokens else "grammar", d.q_after,
                  (*range(len(forced)), *(len(forced) + i for i in d.forced_at)))
 
@@ -300,33 +300,28 @@ def _hook(drafter: Drafter, name: str, *args: int) -> None:
 # forces them llguidance's mask allows that token alone (tested): the masked target keeps
 # them with probability 1. They are verified anyway (it costs their rows) and auto prices
 # them as certain when it sizes the batch.
-def _priced_run(forced: list[int], drafter: Drafter) -> list[int]:
-    """As much of a forced run as gives the best rate per plain step, all kept: n + 1
-    tokens for a batch of n + 1 (Q4_K_M here: 5 tokens cost 4.1 steps, 8 cost 7.9)."""
+def _affordable(forced: list[int], drafter: Drafter, n_before: int, least: int) -> list[int]:
+    """As many forced tokens (at least `least`) after a batch of n_before + 1 tokens as give
+    the best rate per plain step if all are kept, priced by auto's cost table (Q4_K_M here:
+    a batch of 5 tokens costs 4.1 plain steps, of 8 tokens 7.9); all of them without one."""
     costs = getattr(drafter, "costs", None)
     if not forced or costs is None or costs.step <= 0:
         return forced
-    ratios = costs.batch_ratios(len(forced) + 1)  # ratios[b - 1]: a batch of b tokens
-    n = np.arange(1, len(forced) + 1)
-    return forced[: int(n[np.argmax((n + 1) / ratios[n])])]
+    n = n_before + 1 + np.arange(least, len(forced) + 1)  # batch sizes
+    rate = n / costs.batch_ratios(int(n[-1]))[n - 1]
+    return forced[: least + int(np.argmax(rate))]
 
 
 def _extended(draft: Draft, constraint: Constraint, k: int, drafter: Drafter) -> Draft:
     """The drafter's draft, then the tokens the grammar forces after it, in the same batch
     (kept if the whole draft is; the drafter hears how many were added)."""
-    forced = constraint.forced_after(draft.tokens)[: k - len(draft.tokens)]
-    if not forced:
-        return draft
-    costs = getattr(drafter, "costs", None)
-    if costs is not None and costs.step > 0:  # no more than the batch's rate per plain step gains from
-        n = len(draft.tokens) + 1 + np.arange(len(forced) + 1)
-        rate = n / costs.batch_ratios(int(n[-1]))[n - 1]
-        forced = forced[: int(np.argmax(rate))]
+    forced = _affordable(constraint.forced_after(draft.tokens)[: k - len(draft.tokens)], drafter,
+                         len(draft.tokens), 0)
     if not forced:
         return draft
     _hook(drafter, "extend", len(forced))
     qs = draft.q_draft
-    return Draft([*draft.tokens, *forced], [*qs, *(one_hot(t, qs[0].size) for t in forced)] if qs else None,
+    return Draft([*draft.tokens, *forced], [*qs, *[None] * len(forced)] if qs else None,
                  draft.source, None, (*draft.forced_at, *range(len(draft.tokens), len(draft.tokens) + len(forced))))
 
 
