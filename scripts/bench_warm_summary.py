@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from specli.controller import interpolate
+from specli.drafters.auto.costs import interpolate
 
 BOUND = 0.97
 

@@ -33,10 +33,13 @@ import numpy as np
 
 os.environ.setdefault("SPECLI_HISTORY_DIR", tempfile.mkdtemp(prefix="specli-gpu-check-"))
 
-from specli import metrics  # noqa: E402
 from specli.backend import LoadOptions, Model  # noqa: E402
-from specli.controller import interpolate  # noqa: E402
-from specli.engine import GenerationConfig, run  # noqa: E402
+from specli.drafters.auto.costs import interpolate  # noqa: E402
+from specli.engine import (  # noqa: E402
+    GenerationConfig,
+    metrics,  # noqa: E402
+    run,
+)
 from specli.gguf.writer import GGML_F16, GGML_F32, Tensor, write_gguf  # noqa: E402
 from specli.types import SamplingParams  # noqa: E402
 

@@ -23,10 +23,10 @@ os.environ["SPECLI_HISTORY_DIR"] = tempfile.mkdtemp(prefix="specli-history-")  #
 from history_scale import documents  # noqa: E402
 
 from specli import engine  # noqa: E402
+from specli.bench.suites import suite  # noqa: E402
 from specli.history import HistoryStore, write_store  # noqa: E402
 from specli.profiles.resolve import resolve_settings  # noqa: E402
 from specli.runtime import open_runtime  # noqa: E402
-from specli.suites import suite  # noqa: E402
 
 
 def main() -> None:

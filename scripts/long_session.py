@@ -120,7 +120,7 @@ class Window:
 def run_chat(rt: Any, turns: int, every: int, on_row: Any) -> list[dict[str, Any]]:
     from rich.console import Console
 
-    from specli.chat import ChatSession
+    from specli.cli.chat import ChatSession
 
     sink = io.StringIO()
     session = ChatSession(rt, Console(file=sink, width=120))

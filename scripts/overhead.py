@@ -13,7 +13,7 @@ import json
 
 from specli import profiles
 from specli.engine import GenerationConfig, run
-from specli.metrics import python_overhead_fraction, tokens_per_second
+from specli.engine.metrics import python_overhead_fraction, tokens_per_second
 from specli.runtime import open_runtime
 
 

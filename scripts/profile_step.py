@@ -21,10 +21,13 @@ import tempfile
 
 os.environ.setdefault("SPECLI_HISTORY_DIR", tempfile.mkdtemp(prefix="specli-profile-"))  # never the user's store
 
-from specli import metrics, profiles  # noqa: E402
-from specli.engine import run  # noqa: E402
+from specli import profiles  # noqa: E402
+from specli.bench.suites import suite  # noqa: E402
+from specli.engine import (
+    metrics,  # noqa: E402
+    run,  # noqa: E402
+)
 from specli.runtime import open_runtime  # noqa: E402
-from specli.suites import suite  # noqa: E402
 
 # llama.cpp's own work (the decode calls and what waits on them), not specli's
 LLAMA_CALLS = ("llama_decode", "llama_synchronize", "llama_get_logits_ith")

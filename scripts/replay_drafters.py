@@ -16,13 +16,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from specli import calibration
 from specli.bench import first_difference, load_prompt_file, suite_prompts
-from specli.controller import Costs
 from specli.drafters.auto import AutoDrafter
+from specli.drafters.auto.costs import CostModel
 from specli.drafters.ngram import NgramDrafter
 from specli.profiles import resolve_settings
-from specli.runtime import open_runtime
+from specli.runtime import calibration, open_runtime
 from specli.types import Draft
 
 Policy = Callable[[], object]
@@ -71,7 +70,7 @@ def main() -> None:
     else:  # the figures `auto` measured for this target (run `specli generate --drafter auto` once)
         entries = json.loads(calibration.cache_file().read_text())["entries"]
         e = next(e for key, e in entries.items() if key.startswith(rt.target.path.name + "|"))
-        verify = Costs(e["t1"], e["sizes"], e["ratios"]).verify_costs(64)
+        verify = CostModel(e["t1"], e["sizes"], e["ratios"]).verify_costs(64)
     print("verify cost / t1:", " ".join(f"{v / verify[0]:.2f}" for v in verify))
     data_tokens = [(cat, rt.prompt_tokens(p.turns[0]), out) for cat, p, out in runs]
 
@@ -80,7 +79,7 @@ def main() -> None:
 
     def auto(n_min: int, n_max: int) -> Callable[[], object]:
         def make() -> object:
-            a = AutoDrafter(Costs.from_measured(verify, 1.0), None, NgramDrafter(n_min, n_max, rt.target.is_eog))
+            a = AutoDrafter(CostModel.from_measured(verify, 1.0), None, NgramDrafter(n_min, n_max, rt.target.is_eog))
             a.costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
             return a
         return make

@@ -25,10 +25,10 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 from bench_serve import stream_chat  # noqa: E402
 from serve_process import ServeProcess  # noqa: E402
 
-from specli import metrics, profiles  # noqa: E402
-from specli.engine import run  # noqa: E402
+from specli import profiles  # noqa: E402
+from specli.bench.suites import suite  # noqa: E402
+from specli.engine import metrics, run  # noqa: E402
 from specli.runtime import open_runtime  # noqa: E402
-from specli.suites import suite  # noqa: E402
 
 
 def main() -> int:

@@ -85,7 +85,7 @@ def qwen_draft() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def qwen_calibration(qwen_target: object) -> object:
     """Costs and numerics of the Qwen target with the default (one-batch) options."""
-    from specli.calibration import measure
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+    from specli.runtime.calibration import measure
 
     return measure(qwen_target, None, qwen_target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])  # type: ignore[attr-defined]

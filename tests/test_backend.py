@@ -160,8 +160,8 @@ def test_truncated_gguf_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
 @pytest.fixture(scope="module")
 def exact_q4() -> Iterator[tuple[Model, int]]:
     """The Q4_K_M target loaded for exact verification, with its measured exact chunk."""
-    from specli.calibration import measure
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+    from specli.runtime.calibration import measure
 
     m = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=1024, exact_verify=True))
     cal = measure(m, None, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
@@ -203,8 +203,8 @@ def _in_chunks(m: Model, tokens: list[int], chunk: int) -> np.ndarray:
 def test_default_batch_rows_differ_only_by_noise(qwen_target: Model) -> None:
     """One-batch verification (the default) is not bit-exact on CPU, but its rows stay
     within the noise the calibration measures (the near-tie bound's source)."""
-    from specli.calibration import measure
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+    from specli.runtime.calibration import measure
 
     cal = measure(qwen_target, None, qwen_target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
     assert 0 < cal.max_logit_diff < 2.0  # batches of 4+ rows take the repacked weights' gemm
@@ -215,8 +215,8 @@ def test_calibration_noise_covers_long_contexts() -> None:
     """Past 512 cached tokens one row over an F16 cache takes llama.cpp's split-KV
     attention and a batch does not: SmolLM2's noise there is not 0 even where its short
     probe is bit-exact, and the calibrated noise (the near-tie bound's source) covers it."""
-    from specli.calibration import NOISE_CONTEXT, long_context_diff, measure
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+    from specli.runtime.calibration import NOISE_CONTEXT, long_context_diff, measure
 
     smol = Model(model_file(SMOL), LoadOptions(n_ctx=NOISE_CONTEXT + 64, n_threads=2))
     context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from specli import bench, profiles
 from specli.bench import BenchOptions, Mode
+from specli.bench.suites import SUITE_NAMES, SUITES, Prompt, suite
+from specli.engine.metrics import Counters
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProfileError, Terminated, UsageError
-from specli.metrics import Counters
-from specli.suites import SUITE_NAMES, SUITES, Prompt, suite
 from specli.types import Draft, SamplingParams, Verdict
 
 # one thread: llama.cpp threads spin, and on a busy 2-core machine a second one costs more than it gives

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from conftest import QWEN_TARGET, model_file
 
-from specli import calibration
-from specli.calibration import Calibration, exact_batch_from, fix_outliers
-from specli.controller import Costs
 from specli.drafters import AutoDrafter, NgramDrafter
+from specli.drafters.auto.costs import CostModel
 from specli.engine import GenerationConfig, generate
+from specli.runtime import calibration
+from specli.runtime.calibration import Calibration, exact_batch_from, fix_outliers
 
 
 def test_cache_round_trip_and_version(tmp_path: Path) -> None:
@@ -83,13 +83,13 @@ PROMPT = ("Add type hints and a one-line docstring to every function of this mod
           "module in one Python code block and nothing else.\n\n```python\n" + MODULE + "```")
 
 
-def _modelled_speed_after(costs: Costs, truth: Calibration, target: object, prompt: list[int],
+def _modelled_speed_after(costs: CostModel, truth: Calibration, target: object, prompt: list[int],
                           skip: int) -> tuple[float, int]:
     """Run auto (n-gram only) from `costs`; after the first `skip` steps, tokens per
     second as the true cost table prices the steps taken (counts, not wall time), and
     the number of steps counted."""
     auto = AutoDrafter(costs, None, NgramDrafter(3, 12, target.is_eog))  # type: ignore[attr-defined]
-    true_costs = Costs(truth.t1, list(truth.sizes), list(truth.ratios))
+    true_costs = CostModel(truth.t1, list(truth.sizes), list(truth.ratios))
     tokens, seconds, steps = 0, 0.0, 0
     for i, ev in enumerate(generate(target, prompt, GenerationConfig(max_tokens=448, draft_max=64), auto)):  # type: ignore[arg-type]
         if i > skip:
@@ -110,8 +110,8 @@ def test_auto_recovers_from_a_poisoned_cost_table(qwen_target: object, qwen_cali
     prompt = qwen_target.chat_tokens([{"role": "user", "content": PROMPT}])  # type: ignore[attr-defined]
     cal = qwen_calibration
 
-    def costs(c: Calibration) -> Costs:
-        return Costs(c.t1, list(c.sizes), list(c.ratios), c.draft_ratio)
+    def costs(c: Calibration) -> CostModel:
+        return CostModel(c.t1, list(c.sizes), list(c.ratios), c.draft_ratio)
 
     for _attempt in range(2):  # the controller learns from wall-clock timings: one retry for a machine hiccup
         fresh, n_fresh = _modelled_speed_after(costs(cal), cal, qwen_target, prompt, STEPS_TO_RECOVER)

@@ -11,13 +11,13 @@ import pytest
 from conftest import SMOL, model_file
 from rich.console import Console
 
-from specli import profiles, prompting
-from specli.chat import ChatSession
-from specli.dashboard import Dashboard, Reply, bar, stats_table
+from specli import profiles
+from specli.cli.chat import ChatSession
+from specli.cli.dashboard import Dashboard, Reply, bar, stats_table
 from specli.engine import StepEvent
+from specli.engine.metrics import Counters
 from specli.errors import UsageError
-from specli.metrics import Counters
-from specli.runtime import Runtime, open_runtime
+from specli.runtime import Runtime, open_runtime, prompting
 from specli.types import FinishReason
 
 
@@ -70,7 +70,7 @@ def test_reset_clears_history_and_caches(rt: Runtime) -> None:
 
 
 def test_interrupted_reply_keeps_the_session(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
-    import specli.chat as chat_mod
+    import specli.cli.chat as chat_mod
 
     real = chat_mod.generate
 

@@ -6,16 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specli.controller import (
-    AcceptanceStats,
-    Costs,
-    best_k,
-    choose,
-    chunked_verify_costs,
-    expected_tokens,
-    interpolate,
-    reach_probabilities,
-)
+from specli.drafters.auto.costs import CostModel, chunked_verify_costs, interpolate
+from specli.drafters.auto.policy import AcceptanceStats, best_k, choose, expected_tokens, reach_probabilities
 
 
 def test_expected_tokens() -> None:
@@ -67,7 +59,7 @@ def test_best_k_is_the_argmax_of_expected_speed(verify: list[float], per_token: 
 
 
 def test_choose_prefers_the_cheaper_drafter_and_can_turn_off() -> None:
-    costs = Costs.from_measured([1.0, 1.3, 1.7, 2.1, 2.5], draft_step=0.5)
+    costs = CostModel.from_measured([1.0, 1.3, 1.7, 2.1, 2.5], draft_step=0.5)
     good, bad = AcceptanceStats(prior=0.95), AcceptanceStats(prior=0.05)
     c = choose(costs, {"draft": good, "ngram": good}, {"draft": 4, "ngram": 4})
     assert c.drafter == "ngram" and c.k == 4
@@ -76,7 +68,7 @@ def test_choose_prefers_the_cheaper_drafter_and_can_turn_off() -> None:
     so_so = AcceptanceStats(prior=0.75)
     c = choose(costs, {"draft": so_so, "ngram": so_so}, {"draft": 4, "ngram": 0})
     assert c.drafter == "none"  # the draft model costs too much here
-    fast = Costs.from_measured([1.0, 1.1, 1.25, 1.35, 1.4], draft_step=0.1)
+    fast = CostModel.from_measured([1.0, 1.1, 1.25, 1.35, 1.4], draft_step=0.1)
     c = choose(fast, {"draft": good, "ngram": good}, {"draft": 4, "ngram": 0})
     assert c.drafter == "draft" and c.k >= 3
 
@@ -90,7 +82,7 @@ def test_acceptance_stats_are_conditional_per_position() -> None:
 
 
 def test_costs_track_the_plain_step_online() -> None:
-    costs = Costs.from_measured([1.0, 2.0], draft_step=0.5)
+    costs = CostModel.from_measured([1.0, 2.0], draft_step=0.5)
     for _ in range(100):
         costs.observe_verify(0, 2.0)  # the machine got twice as slow: every cost follows t1
     assert costs.step == pytest.approx(2.0, rel=1e-3)
@@ -99,7 +91,7 @@ def test_costs_track_the_plain_step_online() -> None:
 
 
 def test_costs_interpolate_and_extrapolate_between_measured_sizes() -> None:
-    costs = Costs(1.0, [1, 2, 4, 8], [1.0, 1.5, 2.0, 3.0])
+    costs = CostModel(1.0, [1, 2, 4, 8], [1.0, 1.5, 2.0, 3.0])
     assert costs.batch_ratio(3) == pytest.approx(1.75)
     assert costs.batch_ratio(6) == pytest.approx(2.5)
     assert costs.batch_ratio(16) == pytest.approx(5.0)  # the last slope continues
@@ -108,8 +100,8 @@ def test_costs_interpolate_and_extrapolate_between_measured_sizes() -> None:
 
 @pytest.mark.parametrize("factor", [4.0, 0.25])
 def test_a_poisoned_table_is_corrected_by_two_observations(factor: float) -> None:
-    truth = Costs(1.0, [1, 2, 4, 8], [1.0, 1.5, 2.0, 3.0])
-    costs = Costs(1.0, [1, 2, 4, 8], [1.0] + [r * factor for r in truth.ratios[1:]])
+    truth = CostModel(1.0, [1, 2, 4, 8], [1.0, 1.5, 2.0, 3.0])
+    costs = CostModel(1.0, [1, 2, 4, 8], [1.0] + [r * factor for r in truth.ratios[1:]])
     costs.observe_verify(3, truth.verify_costs(3)[3])
     assert costs.doubting and not costs.drifted  # one observation could be a hiccup
     costs.observe_verify(7, truth.verify_costs(7)[7])
@@ -119,7 +111,7 @@ def test_a_poisoned_table_is_corrected_by_two_observations(factor: float) -> Non
 
 
 def test_one_noisy_observation_barely_moves_the_table() -> None:
-    costs = Costs(1.0, [1, 2, 4], [1.0, 1.5, 2.0])
+    costs = CostModel(1.0, [1, 2, 4], [1.0, 1.5, 2.0])
     costs.observe_verify(1, 10.0)  # a hiccup
     costs.observe_verify(1, 1.5)  # then normal again
     assert not costs.drifted and costs.batch_ratio(2) == pytest.approx(1.5)
@@ -132,7 +124,7 @@ def test_exact_chunks_are_priced_by_the_chance_of_reaching_them() -> None:
     assert costs[2] == pytest.approx(2.0)  # 3 tokens: one chunk
     assert costs[3] == pytest.approx(2.0 + reach[3] * 1.0)  # the 4th token's chunk only if d1..d3 passed
     assert costs[6] == pytest.approx(2.0 + reach[3] * 2.0 + reach[6] * 1.0)
-    exact = Costs(1.0, list(range(1, 8)), batch, chunk=3)
+    exact = CostModel(1.0, list(range(1, 8)), batch, chunk=3)
     assert exact.verify_costs(6, reach) == pytest.approx(costs)
     assert exact.decoded_batches(6) == [3, 3, 1] and exact.decoded_batches(6, n_accepted=1) == [3]
     exact.observe_verify(6, 2.0, n_accepted=1)  # stopped after the first chunk: as priced, no drift
@@ -143,7 +135,7 @@ def test_exact_chunks_are_priced_by_the_chance_of_reaching_them() -> None:
 # ------------------------------------------------------------------ auto drafter (n-gram only)
 
 def _replay_auto(auto, history: list[int], future: list[int], k_max: int,
-                 true_costs: Costs | None = None) -> list[tuple[int, int]]:
+                 true_costs: CostModel | None = None) -> list[tuple[int, int]]:
     """Drive `auto` as the engine would, accepting draft tokens that match `future`;
     returns (match length n, tokens drafted) per step. Verifications take no time (the
     costs stay as given), or what `true_costs` says they take."""
@@ -171,7 +163,7 @@ def test_auto_learns_acceptance_per_match_length() -> None:
 
     # 4-gram matches continue as before, the 2-gram [10, 11] never does (it has gone on in
     # different ways before: its own key, (2, False))
-    costs = Costs.from_measured([1.0, 1.2, 1.4, 1.6, 1.8], 0.0)
+    costs = CostModel.from_measured([1.0, 1.2, 1.4, 1.6, 1.8], 0.0)
     costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     auto = AutoDrafter(costs, None, NgramDrafter(2, 4), explore_every=10**9)
     block = [10, 11, 12, 13, 14, 15, 16, 17]
@@ -191,7 +183,7 @@ def test_auto_probes_less_often_while_probes_fail() -> None:
     from specli.drafters.auto import AutoDrafter
     from specli.drafters.ngram import NgramDrafter
 
-    costs = Costs.from_measured([1.0, 1.9, 2.9], 0.0)  # at 0.75 acceptance drafting does not pay
+    costs = CostModel.from_measured([1.0, 1.9, 2.9], 0.0)  # at 0.75 acceptance drafting does not pay
     costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     # every 2-gram recurs but is always followed by something new: each probe fails
     future = [t for r in range(300) for t in (1, 2, 100 + r)]
@@ -220,8 +212,8 @@ def test_auto_that_keeps_drafting_still_measures_plain_steps() -> None:
     from specli.drafters.ngram import NgramDrafter
 
     sizes = [1, 2, 4, 8, 16, 33]
-    true = Costs(0.054, sizes, [1.0, 1.7, 3.1, 7.5, 10.8, 21.5])
-    poisoned = Costs(1.34, sizes, [1.0] * len(sizes))
+    true = CostModel(0.054, sizes, [1.0, 1.7, 3.1, 7.5, 10.8, 21.5])
+    poisoned = CostModel(1.34, sizes, [1.0] * len(sizes))
     auto = AutoDrafter(poisoned, None, NgramDrafter(3, 12), explore_every=10**9)
     block = list(range(100, 140))
     history = [*block, *block[:5]]
@@ -245,10 +237,11 @@ def test_auto_lookup_drafts_grow_only_as_far_as_they_were_accepted() -> None:
     at most twice as long as the run of its tokens accepted since its last rejection (8 at
     first), or as far as drafts of its match kind have been tried (twice, decayed); a
     rejection brings the cap back down to the larger of the two."""
-    from specli.drafters.auto import FIRST_TRUST, AutoDrafter
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.auto.drafter import FIRST_TRUST
     from specli.drafters.ngram import NgramDrafter
 
-    costs = Costs(1.0, [1, 2, 65], [1.0, 1.05, 2.0])  # batches nearly free: the longest k wins
+    costs = CostModel(1.0, [1, 2, 65], [1.0, 1.05, 2.0])  # batches nearly free: the longest k wins
     costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     auto = AutoDrafter(costs, None, NgramDrafter(3, 12), explore_every=10**9)
     auto.acceptance["ngram"] = AcceptanceStats(prior=0.99, prior_weight=1e9)
@@ -279,7 +272,7 @@ def test_batches_seen_correct_the_table_where_they_were_seen() -> None:
     """Three verifications of a size price it by their median (one hiccup moves nothing);
     sizes between two seen ones take the interpolated correction, sizes beyond them the
     nearest one's."""
-    costs = Costs(1.0, [1, 2, 8, 32], [1.0, 2.0, 4.0, 8.0])
+    costs = CostModel(1.0, [1, 2, 8, 32], [1.0, 2.0, 4.0, 8.0])
     for seconds in (30.0, 6.0, 6.0):  # a hiccup, then a 5-token batch really costs 6 steps
         costs.observe_verify(4, seconds)
     assert costs.batch_ratio(5) == pytest.approx(6.0)  # the table said 3
@@ -297,7 +290,7 @@ def test_auto_learns_from_lookups_it_did_not_draft() -> None:
     from specli.drafters.auto import AutoDrafter
     from specli.drafters.ngram import NgramDrafter
 
-    costs = Costs(1.0, [1, 2, 65], [1.0, 50.0, 100.0])  # drafting never pays: every step is plain
+    costs = CostModel(1.0, [1, 2, 65], [1.0, 50.0, 100.0])  # drafting never pays: every step is plain
     costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
     auto = AutoDrafter(costs, None, NgramDrafter(3, 3), explore_every=10**9)
     auto._interval = dict.fromkeys(auto._interval, 10**9)  # no probes either
@@ -333,11 +326,11 @@ def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
     as they cost) on text where every draft fails: the ledger of what drafts really won
     stops them once they have lost the generation's start balance, where without it every
     matching step drafts. Text that repeats keeps drafting throughout."""
-    from specli.controller import LEDGER_START
     from specli.drafters.auto import AutoDrafter
+    from specli.drafters.auto.policy import LEDGER_START
     from specli.drafters.ngram import NgramDrafter
 
-    def auto_with(costs: Costs) -> AutoDrafter:
+    def auto_with(costs: CostModel) -> AutoDrafter:
         auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=10**9)
         fixed = AcceptanceStats(prior=0.75, prior_weight=1e9)
         auto.acceptance["ngram"] = fixed
@@ -346,14 +339,14 @@ def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
 
     table = [1.0, 1.3, 1.6]
     failing = [t for r in range(200) for t in (1, 2, 100 + r)]  # every 2-gram goes on anew
-    steps = _replay_auto(auto_with(Costs.from_measured(table, 0.0)), [1, 2, 3], failing, 2,
-                         Costs.from_measured(table, 0.0))
+    steps = _replay_auto(auto_with(CostModel.from_measured(table, 0.0)), [1, 2, 3], failing, 2,
+                         CostModel.from_measured(table, 0.0))
     drafted = [k for _, k in steps if k > 0]
-    lost = sum(Costs.from_measured(table, 0.0).batch_ratio(k + 1) - 1 for k in drafted)
+    lost = sum(CostModel.from_measured(table, 0.0).batch_ratio(k + 1) - 1 for k in drafted)
     assert 0 < len(drafted) < 20 and lost < LEDGER_START + 0.01 * len(steps) + 1.0
     repeating = list(range(10, 30)) * 20
-    steps = _replay_auto(auto_with(Costs.from_measured(table, 0.0)), list(range(10, 30)), repeating, 2,
-                         Costs.from_measured(table, 0.0))
+    steps = _replay_auto(auto_with(CostModel.from_measured(table, 0.0)), list(range(10, 30)), repeating, 2,
+                         CostModel.from_measured(table, 0.0))
     assert sum(1 for _, k in steps if k > 0) > 0.9 * len(steps)
 
 
@@ -361,7 +354,7 @@ def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
        st.lists(st.tuples(st.integers(1, 64), st.floats(0.3, 40.0)), max_size=12))
 def test_batch_ratios_at_once_equal_one_by_one(ratios: list[float], seen: list[tuple[int, float]]) -> None:
     sizes = [1, 2, 4, 8, 16, 33][: len(ratios)]
-    c = Costs(0.05, sizes, [1.0, *sorted(ratios[1:])])
+    c = CostModel(0.05, sizes, [1.0, *sorted(ratios[1:])])
     for k, steps in seen:
         c.observe_verify(k, 0.05 * steps, k // 2)
     at_once = c.batch_ratios(70)

@@ -13,8 +13,8 @@ import pytest
 from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
 from typer.testing import CliRunner
 
-from specli import calibration
 from specli.cli import app
+from specli.runtime import calibration
 
 runner = CliRunner()
 

@@ -13,7 +13,6 @@ from conftest import total_variation as tv
 
 from specli.backend import LoadOptions, Model
 from specli.bench import first_difference
-from specli.calibration import Calibration
 from specli.drafters import DraftModelDrafter, NgramDrafter
 from specli.engine import (
     FINISH_CONTEXT,
@@ -24,12 +23,13 @@ from specli.engine import (
     run,
     verify_step,
 )
+from specli.engine.metrics import acceptance_rate, mean_accepted_length
+from specli.engine.sampling import probs_from_logits
+from specli.engine.verify import MarginRecorder
 from specli.errors import ContextError, UsageError
-from specli.metrics import acceptance_rate, mean_accepted_length
-from specli.pair import check_pair
-from specli.sampling import probs_from_logits
+from specli.runtime.calibration import Calibration
+from specli.runtime.pair import check_pair
 from specli.types import Draft, SamplingParams, Verdict
-from specli.verify import MarginRecorder
 
 PROMPTS = [
     "Write a Python function that merges two sorted lists, with a docstring and two doctests.",
@@ -242,8 +242,8 @@ def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_
     there is a near-tie in batch mode, a mismatch in exact mode, and one that took any
     other token is a mismatch."""
     from specli.bench import Mode, classify_divergence, record_from_counters
-    from specli.metrics import Counters
-    from specli.suites import Prompt
+    from specli.bench.suites import Prompt
+    from specli.engine.metrics import Counters
 
     def record(tokens: list[int], verify: str = "batch", margins: list[tuple[int, float]] | None = None):  # type: ignore[no-untyped-def]
         return record_from_counters(Counters(), mode=Mode("m", "draft"), prompt=Prompt("p", "c", ("x",)),
@@ -267,8 +267,8 @@ def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_
 
 @pytest.fixture(scope="module")
 def qwen_exact() -> Iterator[Model]:
-    from specli.calibration import measure
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+    from specli.runtime.calibration import measure
 
     m = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=4096, exact_verify=True))
     m.exact_batch = measure(m, None, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]).exact_batch
@@ -370,7 +370,7 @@ def test_argmax_in_llama_cpp_graph_equals_argmax_of_the_rows(monkeypatch: pytest
 def test_host_split_adds_up_to_the_wall_time(smol: Model, drafter_kind: str) -> None:
     """Prefill + every host part + llama.cpp's decode calls = the wall time the caller
     measured around the whole generation (within 5 %), each part non-negative."""
-    from specli.metrics import HOST_PARTS, host_ms_per_forward
+    from specli.engine.metrics import HOST_PARTS, host_ms_per_forward
 
     prompt = chat(smol, "Repeat this line three times: the quick brown fox jumps over the lazy dog.")
     smol.reset()

@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) for specli.verify: whatever the rows, drafts and seeds,
+"""Property tests (hypothesis) for specli.engine.verify: whatever the rows, drafts and seeds,
 verification returns a well-formed Verdict and cut_at_stop a well-formed prefix."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specli.engine.verify import cut_at_stop, verify_greedy, verify_rejection
 from specli.types import Verdict
-from specli.verify import cut_at_stop, verify_greedy, verify_rejection
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

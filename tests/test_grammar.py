@@ -20,9 +20,9 @@ from specli.cli import app
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.engine import GenerationConfig, run
+from specli.engine.grammar import Constraint, compile_grammar
+from specli.engine.sampling import probs_from_logits
 from specli.errors import UsageError
-from specli.grammar import Constraint, compile_grammar
-from specli.sampling import probs_from_logits
 from specli.types import SamplingParams
 
 TOOL_SCHEMA = {
@@ -226,7 +226,7 @@ def test_refused_drafts_leave_every_state_in_step(smol: Model, smol_draft: Model
     token instead: the answer still follows the schema, the grammar follows what was
     emitted, and the draft model's cache stays a prefix of it."""
     from specli.engine.core import verify_step
-    from specli.grammar import MaskedRows
+    from specli.engine.grammar import MaskedRows
     from specli.types import Verdict
 
     refused = 0

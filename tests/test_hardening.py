@@ -78,7 +78,7 @@ def test_special_token_text_in_user_input_stays_text() -> None:
 
 
 def test_memory_check_refuses_what_cannot_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specli import runtime
+    from specli.runtime import wiring as runtime
 
     monkeypatch.setattr(runtime, "available_memory", lambda: 50 * 2**20)
     monkeypatch.setattr(runtime, "supports_gpu_offload", lambda: False)
@@ -88,7 +88,7 @@ def test_memory_check_refuses_what_cannot_fit(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_context_larger_than_trained_is_capped_with_a_note() -> None:
-    from specli import runtime
+    from specli.runtime import wiring as runtime
 
     notes: list[str] = []
     s = profiles.resolve_settings(None, {"target": SMOL, "drafter": "none", "ctx": 100_000})
@@ -97,8 +97,8 @@ def test_context_larger_than_trained_is_capped_with_a_note() -> None:
 
 
 def test_incompatible_pair_refused_before_weights_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specli import runtime
     from specli.errors import PairError
+    from specli.runtime import wiring as runtime
 
     model_file(QWEN_TARGET)
     loaded: list[object] = []

@@ -201,9 +201,9 @@ NEAR_TIE = 0.1
 
 
 def _greedy(target: object, drafter: object | None, prompt: str, margins: bool = False) -> tuple[list[int], list]:
-    from specli import prompting
     from specli.engine import GenerationConfig, run, verify_step
-    from specli.verify import MarginRecorder
+    from specli.engine.verify import MarginRecorder
+    from specli.runtime import prompting
 
     target.reset()  # type: ignore[attr-defined]
     recorder = MarginRecorder(verify_step) if margins else None

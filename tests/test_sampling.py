@@ -1,4 +1,4 @@
-"""Tests for specli.sampling: the sampler chain, sample(), residual() and one_hot()."""
+"""Tests for specli.engine.sampling: the sampler chain, sample(), residual() and one_hot()."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specli.sampling import one_hot, probs_from_logits, residual, sample
+from specli.engine.sampling import one_hot, probs_from_logits, residual, sample
 from specli.types import SamplingParams
 
 N_VOCAB_BIG = 152_064  # Qwen-sized vocabulary

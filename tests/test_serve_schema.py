@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specli.metrics import Counters
+from specli.engine.metrics import Counters
 from specli.serve import schema
 from specli.serve.metrics import ServerMetrics
 from specli.serve.schema import ApiError, Ids, Outcome

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 
-from specli.cache import common_prefix_len
-from specli.errors import PairError
-from specli.metrics import (
+from specli.engine.metrics import (
     Counters,
     acceptance_by_position,
     acceptance_rate,
@@ -18,8 +16,10 @@ from specli.metrics import (
     summary,
     time_split,
 )
-from specli.pair import check_pair
-from specli.stopstrings import StopStrings
+from specli.engine.prefill import common_prefix_len
+from specli.engine.stopstrings import StopStrings
+from specli.errors import PairError
+from specli.runtime.pair import check_pair
 from specli.types import VocabInfo
 
 

@@ -1,4 +1,4 @@
-"""Tests for specli.verify: greedy and rejection-sampling verification, cut_at_stop.
+"""Tests for specli.engine.verify: greedy and rejection-sampling verification, cut_at_stop.
 
 The statistical tests check losslessness: the first token(s) emitted after one round of
 speculative sampling must be distributed exactly as the target p, whatever q is.
@@ -22,10 +22,10 @@ from typing import Any, overload
 import numpy as np
 import pytest
 
-import specli.verify as verify_mod
-from specli.sampling import probs_from_logits, sample
+import specli.engine.verify as verify_mod
+from specli.engine.sampling import probs_from_logits, sample
+from specli.engine.verify import cut_at_stop, verify_greedy, verify_rejection
 from specli.types import SamplingParams, Verdict
-from specli.verify import cut_at_stop, verify_greedy, verify_rejection
 
 V = 8
 N_DRAWS = 40_000

@@ -108,7 +108,7 @@ class Model:
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
         # Largest batch whose logits equal one-token decoding bit for bit: 1 until
-        # measured on this model and build (specli.calibration sets it)
+        # measured on this model and build (specli.runtime.calibration sets it)
         self.exact_batch = 1
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from specli import registry
 from specli.bench.modes import Mode, parse_peer_spec
 from specli.bench.records import first_difference, replay_proposals
+from specli.engine.metrics import Counters
 from specli.errors import UsageError
-from specli.metrics import Counters
 from specli.profiles import Settings
 from specli.types import FinishReason
 

@@ -20,9 +20,9 @@ from specli.bench.modes import (
     sweep_modes,
 )
 from specli.bench.prompts import load_prompt_file, select_prompts, split_list, split_warm, suite_prompts
+from specli.bench.suites import Prompt
 from specli.errors import ProfileError, UsageError
 from specli.profiles import Settings, reads_history
-from specli.suites import Prompt
 
 WARM_HISTORY_CHOICES = ("split", "others")
 WARM_HISTORY_HELP = (

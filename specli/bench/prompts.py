@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specli.bench.suites import SUITE_NAMES, Prompt, suite
 from specli.errors import UsageError
-from specli.suites import SUITE_NAMES, Prompt, suite
 
 HUMANEVAL_TEMPLATE = (
     "Complete the following Python code. Reply with the complete function in one Python code block.\n\n"

@@ -10,11 +10,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from specli import metrics
 from specli.bench.modes import BASELINE, Mode
+from specli.bench.suites import Prompt
+from specli.engine import metrics
+from specli.engine.metrics import Counters
 from specli.errors import SpecliError
-from specli.metrics import Counters
-from specli.suites import Prompt
 from specli.types import FinishReason
 
 EXIT_LOSSLESS = 9

@@ -13,10 +13,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specli import metrics, profiles
+from specli import profiles
 from specli.bench.prompts import split_list
 from specli.bench.records import COMPARED, Divergence, Record, Row
 from specli.bench.run import BenchResult, warm_json
+from specli.engine import metrics
 
 SCHEMA_VERSION = 1
 

@@ -22,19 +22,20 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from specli import calibration, profiles
+from specli import profiles
 from specli.bench import peers
 from specli.bench.modes import LLAMA_CPP, Mode
 from specli.bench.peers import Generated
 from specli.bench.plan import Plan
 from specli.bench.records import Record, record_from_counters
+from specli.bench.suites import Prompt
 from specli.engine import Verifier
+from specli.engine.verify import MarginRecorder
 from specli.errors import SpecliError
 from specli.history import SuffixIndex
 from specli.profiles import Settings
-from specli.prompting import Message
-from specli.suites import Prompt
-from specli.verify import MarginRecorder
+from specli.runtime import calibration
+from specli.runtime.prompting import Message
 
 if TYPE_CHECKING:
     from specli.runtime import Runtime

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from specli import bench as bench_module  # light: no model code at import
-from specli import metrics, profiles, registry
+from specli import profiles, registry
 from specli import serve as serve_defaults  # light: constants only
 from specli.bench import DEFINITIONS
 from specli.cli.guard import err_console, guarded, print_notes
@@ -30,6 +30,7 @@ from specli.cli.options import (
     with_settings,
 )
 from specli.endpoints import DEFAULT_PORT
+from specli.engine import metrics
 from specli.errors import SpecliError, UsageError
 from specli.profiles import Settings
 from specli.types import FinishReason
@@ -218,7 +219,7 @@ def generate(
     text = read_prompt(prompt)
     constrained = None
     if json_schema is not None or grammar is not None:
-        from specli.grammar import grammar_from_arg  # checked before any model loads
+        from specli.engine.grammar import grammar_from_arg  # checked before any model loads
 
         constrained = (grammar_from_arg("json_schema", json_schema) if json_schema is not None
                        else grammar_from_arg("gbnf", str(grammar)))
@@ -228,10 +229,10 @@ def generate(
 
 def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True,
                  recalibrate: bool = False, grammar: Any = None) -> None:
-    """`grammar`: a specli.grammar.Grammar the answer must follow, or None."""
-    from specli.dashboard import Dashboard, Reply, summary_line
+    """`grammar`: a specli.engine.grammar.Grammar the answer must follow, or None."""
+    from specli.cli.dashboard import Dashboard, Reply, summary_line
     from specli.engine import generate as engine_generate
-    from specli.grammar import Constraint
+    from specli.engine.grammar import Constraint
     from specli.runtime import open_runtime
 
     rt = open_runtime(s, recalibrate=recalibrate)
@@ -298,7 +299,7 @@ def chat(
     overrides: dict[str, Any],
 ) -> None:
     """Multi-turn chat; both KV caches are kept across turns."""
-    from specli.chat import ChatSession
+    from specli.cli.chat import ChatSession
     from specli.runtime import open_runtime
 
     rt = open_runtime(profiles.resolve_settings(profile, overrides), recalibrate=recalibrate)
@@ -441,7 +442,7 @@ def rpc_server(
 ) -> None:
     """Serve this machine's CPU or GPUs to `--rpc` clients (llama.cpp's RPC server, in-process).
     Client and server must run the same specli and llama-cpp-python version."""
-    from specli.rpc_server import run_server
+    from specli.cli.rpc_server import run_server
 
     raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specli.cache import common_prefix_len
-from specli.grammar import Constraint
-from specli.sampling import probs_from_logits, sample
+from specli.engine.grammar import Constraint
+from specli.engine.prefill import common_prefix_len
+from specli.engine.sampling import probs_from_logits, sample
 from specli.types import Draft, LanguageModel, SamplingParams
 
 # Logits more than this below the top add under 2e-9 each to the softmax's sum (under 3e-4

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
-from specli.grammar import Constraint
+from specli.engine.grammar import Constraint
 from specli.types import Draft
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specli.cache import common_prefix_len
+from specli.engine.grammar import Constraint, MaskedRows
+from specli.engine.metrics import Counters
+from specli.engine.prefill import common_prefix_len
+from specli.engine.sampling import probs_from_logits
+from specli.engine.verify import cut_at_stop, match_greedy, verify_greedy, verify_rejection
 from specli.errors import ContextError, UsageError
-from specli.grammar import Constraint, MaskedRows
-from specli.metrics import Counters
-from specli.sampling import probs_from_logits
 from specli.types import Draft, Drafter, FinishReason, LanguageModel, SamplingParams, Verdict
-from specli.verify import cut_at_stop, match_greedy, verify_greedy, verify_rejection
 
 FINISH_STOP: FinishReason = "stop"  # end-of-generation token or stop string
 FINISH_LENGTH: FinishReason = "length"  # max_tokens reached

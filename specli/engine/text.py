@@ -9,9 +9,9 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from specli.engine.core import FINISH_STOP, GenerationConfig, Step, Verifier, generate_steps, verify_step
-from specli.grammar import Constraint
-from specli.metrics import Counters
-from specli.stopstrings import StopStrings
+from specli.engine.grammar import Constraint
+from specli.engine.metrics import Counters
+from specli.engine.stopstrings import StopStrings
 from specli.types import Drafter, FinishReason, LanguageModel
 
 

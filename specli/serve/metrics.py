@@ -9,7 +9,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from specli import metrics
+from specli.engine import metrics
 from specli.serve.worker import Record
 
 PREFIX = "specli:"

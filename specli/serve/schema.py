@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specli import metrics
+from specli.engine import metrics
 from specli.profiles import SPECS
 from specli.profiles.spec import Bad
 

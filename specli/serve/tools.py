@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specli.grammar import JSON_OPTIONS, Grammar, compile_grammar
+from specli.engine.grammar import JSON_OPTIONS, Grammar, compile_grammar
 from specli.serve.schema import bad
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

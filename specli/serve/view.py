@@ -11,7 +11,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from specli import metrics
+from specli.engine import metrics
 from specli.serve.worker import Job, Record
 
 ROWS = 15

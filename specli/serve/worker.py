@@ -18,12 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from specli import metrics, prompting
-from specli.engine import FINISH_STOP, generate
+from specli.engine import FINISH_STOP, generate, metrics
+from specli.engine.grammar import Constraint, Grammar, tokenizer_for
 from specli.errors import BackendError, ContextError, RpcError, SpecliError, UsageError
-from specli.grammar import Constraint, Grammar, tokenizer_for
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
-from specli.runtime import Runtime, open_runtime
+from specli.runtime import Runtime, open_runtime, prompting
 from specli.serve.schema import ApiError, Outcome, Request, bad
 from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls, tool_grammar
 

@@ -8,11 +8,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specli.controller import AcceptanceStats, Choice, Costs, Ledger, choose
+from specli.drafters.auto.costs import CostModel
+from specli.drafters.auto.policy import AcceptanceStats, Choice, Ledger, choose
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
-from specli.grammar import Constraint
+from specli.engine.grammar import Constraint
 from specli.types import Draft
 
 FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
@@ -64,7 +65,7 @@ class AutoDrafter:
 
     def __init__(
         self,
-        costs: Costs,
+        costs: CostModel,
         draft: DraftModelDrafter | None = None,
         ngram: NgramDrafter | None = None,
         explore_every: int = 24,

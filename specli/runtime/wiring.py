@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specli import calibration, prompting, registry
+from specli import registry
 from specli.backend import (
     LoadOptions,
     Model,
@@ -22,8 +22,6 @@ from specli.backend import (
     reconnect_rpc,
     supports_gpu_offload,
 )
-from specli.calibration import Calibration
-from specli.controller import Costs
 from specli.drafters import (
     AutoDrafter,
     DraftModelDrafter,
@@ -32,11 +30,14 @@ from specli.drafters import (
     NgramDrafter,
     SuffixDrafter,
 )
+from specli.drafters.auto.costs import CostModel
 from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
-from specli.pair import check_pair
 from specli.profiles import Settings, needs_draft_model, reads_history
+from specli.runtime import calibration, prompting
+from specli.runtime.calibration import Calibration
+from specli.runtime.pair import check_pair
 from specli.types import Drafter
 
 
@@ -68,7 +69,7 @@ class Runtime:
     # one-shot runs and for bench, whose generations are measured each from a cold start
     learn_across: bool = False
     _calibration: Calibration | None = field(default=None, repr=False)
-    _costs: dict[str, Costs] = field(default_factory=dict, repr=False)  # per verify mode
+    _costs: dict[str, CostModel] = field(default_factory=dict, repr=False)  # per verify mode
     _history: HistoryStore | None = field(default=None, repr=False)
     _learned: dict[tuple[object, ...], Learned] = field(default_factory=dict, repr=False)
 
@@ -187,13 +188,13 @@ class Runtime:
             self.target.exact_batch = self._calibration.exact_batch
         return self._calibration
 
-    def costs(self, s: Settings | None = None) -> Costs:
-        """Costs for settings `s`, refined online by every run of this runtime."""
+    def costs(self, s: Settings | None = None) -> CostModel:
+        """The cost model for settings `s`, refined online by every run of this runtime."""
         s = s or self.settings
         if s.verify not in self._costs:
             cal = self.calibration()
             chunk = cal.exact_batch if s.verify == "exact" else None
-            self._costs[s.verify] = Costs(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk)
+            self._costs[s.verify] = CostModel(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk)
         return self._costs[s.verify]
 
     def save_costs(self) -> None:

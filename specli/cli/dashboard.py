@@ -16,8 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specli import metrics
-from specli.engine import StepEvent
+from specli.engine import StepEvent, metrics
 from specli.types import FinishReason
 
 DRAFT_STYLE = "green"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specli.suffix_index import Continuation, SuffixIndex, Tokens
+from specli.history.index import Continuation, SuffixIndex, Tokens
 
 __all__ = ["Continuation", "HistoryStore", "SuffixIndex", "history_dir"]
 

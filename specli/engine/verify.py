@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from specli.sampling import one_hot, residual, sample
+from specli.engine.sampling import one_hot, residual, sample
 from specli.types import FinishReason, Verdict
 
 Row = npt.NDArray[Any]

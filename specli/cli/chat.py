@@ -11,12 +11,12 @@ from typing import Any
 
 from rich.console import Console
 
-from specli import metrics, profiles, prompting
-from specli.dashboard import Dashboard, Reply, colored_text, stats_table, summary_line
-from specli.engine import generate
+from specli import profiles
+from specli.cli.dashboard import Dashboard, Reply, colored_text, stats_table, summary_line
+from specli.engine import generate, metrics
 from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
-from specli.runtime import Runtime
+from specli.runtime import Runtime, prompting
 from specli.types import FinishReason
 
 HELP = """\
