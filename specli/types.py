@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:  # the engine's grammar, handed to drafters
+    from specli.engine.grammar import Constraint
 
 # why a generation ended: an end-of-generation token or stop string, max_tokens, a full
 # context window; the callers add a user's Ctrl-C, SIGTERM and an error mid-generation
@@ -63,6 +66,39 @@ class Draft:
     q_after: np.ndarray | None = None
     forced_at: tuple[int, ...] = ()  # positions in `tokens` a grammar forced (the "grammar" drafter's, in metrics)
 
+    @classmethod
+    def of_forced(cls, tokens: Sequence[int]) -> Draft:
+        """Tokens a grammar forces, drafted by no model (the `grammar` drafter)."""
+        return cls(list(tokens), None, "grammar", None, tuple(range(len(tokens))))
+
+    def head(self, n: int) -> Draft:
+        """The first n tokens (a drafter offered more than it was asked for)."""
+        qs = self.q_draft
+        return Draft(self.tokens[:n], qs[:n] if qs else None, self.source, None, self._forced_before(n))
+
+    def cut(self, n: int) -> Draft:
+        """The first n tokens, where a grammar forbids token n: its q is kept as `q_after`."""
+        qs = self.q_draft
+        return Draft(self.tokens[:n], qs[:n] if qs else None, self.source, qs[n] if qs else None,
+                     self._forced_before(n))
+
+    def with_forced_before(self, forced: Sequence[int]) -> Draft:
+        """`forced` tokens a grammar forces (certain: one-hot q), then this draft."""
+        n = len(forced)
+        qs = [*[None] * n, *self.q_draft] if self.q_draft else None
+        return Draft([*forced, *self.tokens], qs, self.source if self.tokens else "grammar", self.q_after,
+                     (*range(n), *(n + i for i in self.forced_at)))
+
+    def with_forced_after(self, forced: Sequence[int]) -> Draft:
+        """This draft, then `forced` tokens a grammar forces after it (one-hot q)."""
+        qs = self.q_draft
+        n = len(self.tokens)
+        return Draft([*self.tokens, *forced], [*qs, *[None] * len(forced)] if qs else None, self.source, None,
+                     (*self.forced_at, *range(n, n + len(forced))))
+
+    def _forced_before(self, n: int) -> tuple[int, ...]:
+        return tuple(i for i in self.forced_at if i < n)
+
 
 class LanguageModel(Protocol):
     """What the engine and drafters need of a loaded model (specli.backend.Model)."""
@@ -97,29 +133,65 @@ class TextStream(Protocol):
     def flush(self) -> str: ...
 
 
-class Drafter(Protocol):
-    """Proposes continuations of `history`: every token emitted so far (prompt and
-    generated), whose last token the target has not decoded yet. The engine passes
-    the same growing list each call, so a drafter may index it incrementally."""
+class BatchPrices(Protocol):
+    """What the engine asks of a drafter's cost model (auto's) to size a forced run."""
 
-    name: str
+    @property
+    def step(self) -> float: ...
+
+    def batch_ratios(self, n_max: int) -> np.ndarray: ...
+
+
+class Drafter:
+    """Every call the engine makes of a drafter. A drafter proposes continuations of
+    `history`: every token emitted so far (prompt and generated), whose last token the
+    target has not decoded yet. The engine passes the same growing list each call, so a
+    drafter may index it incrementally. `propose` is the one call a drafter must write;
+    every other hook does nothing unless a drafter needs it."""
+
+    name: str = "drafter"
 
     @property
     def decode_seconds(self) -> float:
         """Seconds this drafter has spent inside llama.cpp so far (0 without a model)."""
-        ...
+        return 0.0
+
+    @property
+    def control_seconds(self) -> float:
+        """Seconds spent choosing and learning (auto's controller): host work of its own."""
+        return 0.0
+
+    @property
+    def costs(self) -> BatchPrices | None:
+        """A cost model that prices batches (auto's), or None: forced runs are then drafted whole."""
+        return None
 
     def begin(self, history: Sequence[int]) -> None:
         """A new generation starts from `history` (caches may keep a common prefix)."""
-        ...
 
-    def propose(self, history: Sequence[int], k: int) -> Draft: ...
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        """Up to k tokens that may follow `history`."""
+        raise NotImplementedError
 
-    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         """After verification, which took the target `verify_seconds`: `history` now
         ends with the accepted draft prefix and the target's next token."""
-        ...
 
     def end(self, history: Sequence[int]) -> None:
         """The generation that `begin` started is over; `history` is all it emitted."""
-        ...
+
+    def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
+        """The generation's grammar (None when it ends), for a drafter with a model of its
+        own to draft under; `take_forced`: it may draft the tokens the grammar forces."""
+
+    def prefixed(self, n_forced: int) -> None:
+        """The next proposal follows `n_forced` tokens a grammar forces, in its batch (the
+        history it is given ends with them)."""
+
+    def extend(self, n_forced: int) -> None:
+        """The engine added `n_forced` tokens a grammar forces after the last proposal, in
+        the same batch: `n_accepted` then counts them."""
+
+    def cut(self, n_kept: int) -> None:
+        """The engine kept only the first `n_kept` tokens of the last proposal (a grammar
+        forbade the next)."""

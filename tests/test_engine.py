@@ -29,7 +29,7 @@ from specli.engine.verify import MarginRecorder
 from specli.errors import ContextError, UsageError
 from specli.runtime.calibration import Calibration
 from specli.runtime.pair import check_pair
-from specli.types import Draft, SamplingParams, Verdict
+from specli.types import Draft, Drafter, SamplingParams, Verdict
 
 PROMPTS = [
     "Write a Python function that merges two sorted lists, with a docstring and two doctests.",
@@ -83,7 +83,7 @@ def test_smollm_with_itself_accepts_almost_everything(smol: Model, smol_draft: M
 
 
 def test_random_drafts_are_all_rejected_but_output_unchanged(smol: Model) -> None:
-    class RandomDrafter:
+    class RandomDrafter(Drafter):
         name = "random"
         decode_seconds = 0.0
 

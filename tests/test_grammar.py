@@ -225,8 +225,8 @@ def test_refused_drafts_leave_every_state_in_step(smol: Model, smol_draft: Model
     another token (never at a forced one: there it allows nothing else) and takes that
     token instead: the answer still follows the schema, the grammar follows what was
     emitted, and the draft model's cache stays a prefix of it."""
-    from specli.engine.core import verify_step
     from specli.engine.grammar import MaskedRows
+    from specli.engine.verify import verify_step
     from specli.types import Verdict
 
     refused = 0

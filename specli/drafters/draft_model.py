@@ -14,7 +14,7 @@ import numpy as np
 from specli.engine.grammar import Constraint
 from specli.engine.prefill import common_prefix_len
 from specli.engine.sampling import probs_from_logits, sample
-from specli.types import Draft, LanguageModel, SamplingParams
+from specli.types import Draft, Drafter, LanguageModel, SamplingParams
 
 # Logits more than this below the top add under 2e-9 each to the softmax's sum (under 3e-4
 # over Qwen2.5's 151,936 tokens, against a sum of at least 1): left out, the draft model's
@@ -32,7 +32,7 @@ def top_probability(logits: np.ndarray, top: int | None = None) -> float:
     return 1.0 / float(np.exp(near - m).sum(dtype=np.float64))
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     name = "draft"
 
     def __init__(
@@ -154,6 +154,3 @@ class DraftModelDrafter:
         low = max(0, keep - RECHECK)
         keep = low + common_prefix_len(self.model.tokens[low:keep], history[low:keep])
         self.model.rollback(keep)
-
-    def end(self, history: Sequence[int]) -> None:
-        pass

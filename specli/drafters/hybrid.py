@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.engine.grammar import Constraint
-from specli.types import Draft
+from specli.types import Draft, Drafter
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     name = "hybrid"
 
     def __init__(self, draft: DraftModelDrafter, ngram: NgramDrafter, min_match: int = 3) -> None:

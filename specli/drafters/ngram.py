@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specli.types import Draft
+from specli.types import Draft, Drafter
 
 
 class NgramIndex:
@@ -56,9 +56,8 @@ class NgramIndex:
         return -1, 0, True
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     name = "ngram"
-    decode_seconds = 0.0  # no model
 
     def __init__(self, n_min: int = 2, n_max: int = 4, is_eog: Callable[[int], bool] | None = None) -> None:
         self.index = NgramIndex(n_min, n_max)
@@ -84,8 +83,3 @@ class NgramDrafter:
                 break
         return Draft(tokens, None, self.name)
 
-    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
-        pass
-
-    def end(self, history: Sequence[int]) -> None:
-        pass

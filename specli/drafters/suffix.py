@@ -10,14 +10,13 @@ from collections.abc import Callable, Sequence
 
 from specli.drafters.ngram import NgramDrafter
 from specli.history import Continuation, SuffixIndex
-from specli.types import Draft
+from specli.types import Draft, Drafter
 
 MIN_SHARE = 0.1
 
 
-class SuffixDrafter:
+class SuffixDrafter(Drafter):
     name = "suffix"
-    decode_seconds = 0.0  # no model
 
     def __init__(self, index: SuffixIndex, ngram: NgramDrafter, record: Callable[[list[int]], None],
                  min_match: int = 3, max_match: int = 12) -> None:
@@ -52,9 +51,6 @@ class SuffixDrafter:
         # the store wins only with a longer match than the local one: ask for no less
         stored = self.from_store(history, k, max(self.min_match, self.ngram.last_match_n + 1) if local.tokens else None)
         return stored if stored.tokens else Draft(local.tokens, None, self.name)
-
-    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
-        pass
 
     def end(self, history: Sequence[int]) -> None:
         """The generation is over: its output joins the store, after the last `max_match`

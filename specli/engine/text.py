@@ -8,10 +8,11 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from specli.engine.core import FINISH_STOP, GenerationConfig, Step, Verifier, generate_steps, verify_step
+from specli.engine.core import FINISH_STOP, GenerationConfig, Step, generate_steps
 from specli.engine.grammar import Constraint
 from specli.engine.metrics import Counters
 from specli.engine.stopstrings import StopStrings
+from specli.engine.verify import Verifier, verify_step
 from specli.types import Drafter, FinishReason, LanguageModel
 
 

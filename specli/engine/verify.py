@@ -14,10 +14,40 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from specli.engine.sampling import one_hot, residual, sample
-from specli.types import FinishReason, Verdict
+from specli.engine.grammar import MaskedRows
+from specli.engine.sampling import one_hot, probs_from_logits, residual, sample
+from specli.types import Draft, FinishReason, SamplingParams, Verdict
 
 Row = npt.NDArray[Any]
+Rows = Sequence[np.ndarray] | np.ndarray  # target logits rows, one per batch token
+# verify(draft, rows, sampling, rng) -> Verdict; rows are read in order
+Verifier = Callable[[Draft, Rows, SamplingParams, np.random.Generator], Verdict]
+
+
+def verify_step(draft: Draft, logits: Rows, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
+    """Greedy match at temperature 0, rejection sampling otherwise."""
+    if sampling.greedy:
+        if isinstance(logits, MaskedRows):  # the allowed argmax: a bit test where the argmax is allowed
+            return match_greedy(draft.tokens, logits.argmax_at)
+        return verify_greedy(draft.tokens, logits)  # type: ignore[arg-type]
+    return verify_rejection(draft.tokens, _LazyProbs(logits, sampling), draft.q_draft, rng, draft.q_after)
+
+
+class _LazyProbs(Sequence[np.ndarray]):
+    """Target probabilities per row, computed only when verification reaches a row."""
+
+    def __init__(self, logits: Rows, params: SamplingParams) -> None:
+        self._logits = logits
+        self._params = params
+        self._rows: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if i not in self._rows:
+            self._rows[i] = probs_from_logits(self._logits[i], self._params)
+        return self._rows[i]
 
 
 def verify_greedy(draft_tokens: Sequence[int], target_logits: Sequence[Row]) -> Verdict:

@@ -14,7 +14,7 @@ from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
 from specli.engine.grammar import Constraint
-from specli.types import Draft
+from specli.types import Draft, Drafter
 
 FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
 OPTIMISTIC_ACCEPTANCE = 0.95
@@ -60,7 +60,7 @@ class Learned:
             stats.fade(factor)
 
 
-class AutoDrafter:
+class AutoDrafter(Drafter):
     name = "auto"
 
     def __init__(
@@ -72,7 +72,7 @@ class AutoDrafter:
         suffix: SuffixDrafter | None = None,
         learned: Learned | None = None,
     ) -> None:
-        self.costs = costs
+        self._costs = costs
         self.draft = draft
         self.ngram = ngram
         self.suffix = suffix  # earlier outputs (its n-gram index is `ngram`, asked here directly)
@@ -92,10 +92,18 @@ class AutoDrafter:
         self._match: dict[str, Match] = {"ngram": (0, True), "suffix": (0, True)}  # behind the last lookup
         self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
         self._shadow: list[tuple[str, list[int], Match]] = []  # lookups offered but not drafted this step
-        self.control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
+        self._control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
         self.ledger = Ledger()  # plain steps drafting has won or lost in this generation, as measured
         self._extra = 0  # tokens a grammar forced after the last draft, in its batch
         self._prefix = 0  # tokens a grammar forced before it
+
+    @property
+    def costs(self) -> CostModel:
+        return self._costs
+
+    @property
+    def control_seconds(self) -> float:
+        return self._control_seconds
 
     @property
     def decode_seconds(self) -> float:
@@ -162,7 +170,7 @@ class AutoDrafter:
         self.last = choice
         self._shadow = [(name, d.tokens, self._match[name]) for name, d in lookups.items()
                         if d.tokens and name != choice.drafter]
-        self.control_seconds += time.perf_counter() - t_control
+        self._control_seconds += time.perf_counter() - t_control
         if choice.drafter in lookups:
             d = Draft(lookups[choice.drafter].tokens[: choice.k], None, choice.drafter)
         elif choice.drafter == "draft" and self.draft is not None:
@@ -232,7 +240,7 @@ class AutoDrafter:
             by_n[match] = AcceptanceStats(prior=prior if agreed else prior / 2)
         return by_n[match]
 
-    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float) -> None:
+    def accept(self, history: Sequence[int], n_accepted: int, verify_seconds: float = 0.0) -> None:
         t_control = time.perf_counter()
         n_emitted = n_accepted + 1  # the tokens after the forced prefix: its draft's accepted (forced ones too), the next
         if self._used is not None:
@@ -264,7 +272,7 @@ class AutoDrafter:
             self._used = None
         self._prefix = self._extra = 0
         self._learn_from_shadows(history[len(history) - n_emitted :])
-        self.control_seconds += time.perf_counter() - t_control
+        self._control_seconds += time.perf_counter() - t_control
         if self.draft is not None:
             self.draft.accept(history, n_accepted, verify_seconds)
 
