@@ -10,7 +10,8 @@ from typing import Any
 import llama_cpp
 
 from specli.backend import bounded, rpc
-from specli.backend.system import LoadOptions, default_threads, init_backend, last_log_error
+from specli.backend.lib import init_backend, last_log_error
+from specli.backend.system import LoadOptions, default_threads
 from specli.errors import ModelError
 from specli.gguf import GGUF_MAGIC, SUPPORTED_VERSIONS, GgufSummary, validate_gguf
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from specli.backend import bounded
 from specli.backend.info import ModelFile
+from specli.backend.lib import last_log_error
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
 from specli.backend.system import (
     FLASH_ATTN,
@@ -28,7 +29,6 @@ from specli.backend.system import (
     LoadOptions,
     default_threads,
     device_argmax,
-    last_log_error,
     resolved_kernels,
 )
 from specli.backend.vocab import StreamDetokenizer, Vocab

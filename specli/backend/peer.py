@@ -14,8 +14,9 @@ import numpy as np
 import numpy.typing as npt
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from specli.backend.lib import init_backend
 from specli.backend.loader import check_gguf_header
-from specli.backend.system import KV_TYPES, LoadOptions, default_threads, init_backend, resolved_kernels
+from specli.backend.system import KV_TYPES, LoadOptions, default_threads, resolved_kernels
 from specli.errors import BackendError, ModelError
 from specli.types import SamplingParams
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import llama_cpp
 
 from specli.backend import bounded
-from specli.backend.system import init_backend
+from specli.backend.lib import init_backend
 from specli.endpoints import Endpoint, parse_endpoints
 from specli.errors import RpcError
 

@@ -1,15 +1,16 @@
-"""llama.cpp itself: its log, one-time initialisation, what the build supports, and the
-options (with their kernel tables) a model is loaded with."""
+"""What this llama.cpp build supports, and the options (with their kernel tables) a
+model is loaded with."""
 
 from __future__ import annotations
 
-import collections
-import ctypes
 import hashlib
 import os
 from dataclasses import dataclass
 
 import llama_cpp
+
+from specli.backend.lib import init_backend
+from specli.backend.rpc import has_local_gpu
 
 KV_TYPES = {
     "f32": llama_cpp.GGML_TYPE_F32,
@@ -23,44 +24,9 @@ FLASH_ATTN = {
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
 
-# llama.cpp's log lines, kept for error messages; printed only when SPECLI_DEBUG is set.
-_LOG_TAIL: collections.deque[str] = collections.deque(maxlen=64)
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace")
-    _LOG_TAIL.append(line)
-    if os.environ.get("SPECLI_DEBUG"):
-        os.write(2, text)
-
-
-_initialised = False
-
-
-def init_backend() -> None:
-    """Route llama.cpp's log through specli and initialise it (once per process)."""
-    global _initialised
-    if not _initialised:
-        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-        llama_cpp.llama_backend_init()
-        _initialised = True
-
-
-def last_log_error() -> str:
-    """llama.cpp's latest logged error line, or "" (for error messages)."""
-    for line in reversed(_LOG_TAIL):
-        s = line.strip()
-        if s and ("error" in s.lower() or "failed" in s.lower()):
-            return s
-    return ""
-
-
 def supports_gpu_offload() -> bool:
     """A GPU on this machine. (llama.cpp's llama_supports_gpu_offload also says yes
     for any build with the RPC backend.)"""
-    from specli.backend.rpc import has_local_gpu
-
     return has_local_gpu()
 
 
