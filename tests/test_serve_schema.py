@@ -7,22 +7,23 @@ import json
 import pytest
 
 from specli.engine.metrics import Counters
-from specli.serve import schema
+from specli.serve.errors import ApiError
 from specli.serve.metrics import ServerMetrics
-from specli.serve.schema import ApiError, Ids, Outcome
-from specli.serve.worker import Record
+from specli.serve.requests import parse_body, parse_request
+from specli.serve.responses import Ids, Outcome, chat_response, chunk, usage_chunk
+from specli.serve.worker import RequestRecord
 
 USER = [{"role": "user", "content": "hi"}]
 
 
 def test_chat_request_is_checked_into_options() -> None:
-    req = schema.parse_request({"model": "m", "messages": [{"role": "developer", "content": "be brief"},
-                                                           {"role": "user", "content": [{"type": "text", "text": "a"},
-                                                                                        {"type": "text", "text": "b"}]}],
-                                "temperature": 0, "top_p": 0.9, "max_completion_tokens": 7, "stop": "END",
-                                "seed": 3, "stream": True, "stream_options": {"include_usage": True},
-                                "n": 1, "tool_choice": "none", "user": "x",
-                                "specli": {"drafter": "ngram", "draft_max": 8, "history": False}}, "chat")
+    req = parse_request({"model": "m", "messages": [{"role": "developer", "content": "be brief"},
+                                                    {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                                 {"type": "text", "text": "b"}]}],
+                         "temperature": 0, "top_p": 0.9, "max_completion_tokens": 7, "stop": "END",
+                         "seed": 3, "stream": True, "stream_options": {"include_usage": True},
+                         "n": 1, "tool_choice": "none", "user": "x",
+                         "specli": {"drafter": "ngram", "draft_max": 8, "history": False}}, "chat")
     assert req.messages == ({"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"})
     o = req.options
     assert (o.max_tokens, o.temperature, o.top_p, o.stop, o.seed) == (7, 0.0, 0.9, ("END",), 3)
@@ -63,7 +64,7 @@ def test_chat_request_is_checked_into_options() -> None:
 ])
 def test_bad_chat_requests_name_the_parameter(body: dict, param: str) -> None:
     with pytest.raises(ApiError) as e:
-        schema.parse_request(body, "chat")
+        parse_request(body, "chat")
     assert e.value.status == 400 and e.value.param == param
     err = e.value.body()["error"]
     assert err["type"] == "invalid_request_error" and err["message"]
@@ -73,17 +74,17 @@ def test_bad_chat_requests_name_the_parameter(body: dict, param: str) -> None:
                                       (b"[]", "invalid_json"), (b'{"a": NaN}', "invalid_json")])
 def test_bodies_that_are_not_json_objects(raw: bytes, code: str) -> None:
     with pytest.raises(ApiError) as e:
-        schema.parse_body(raw)
+        parse_body(raw)
     assert e.value.status == 400 and e.value.code == code
 
 
 def test_completion_request() -> None:
-    req = schema.parse_request({"prompt": ["def f():"], "max_tokens": 5, "echo": False}, "completion")
+    req = parse_request({"prompt": ["def f():"], "max_tokens": 5, "echo": False}, "completion")
     assert req.prompt == "def f():" and req.options.max_tokens == 5
     with pytest.raises(ApiError):
-        schema.parse_request({"prompt": "x", "messages": USER}, "completion")
+        parse_request({"prompt": "x", "messages": USER}, "completion")
     with pytest.raises(ApiError):
-        schema.parse_request({"prompt": "x", "echo": True}, "completion")
+        parse_request({"prompt": "x", "echo": True}, "completion")
 
 
 def _outcome() -> Outcome:
@@ -95,18 +96,18 @@ def _outcome() -> Outcome:
 def test_response_and_chunk_shapes() -> None:
     ids = Ids("chatcmpl-1", 123, "m", "fp")
     out = _outcome()
-    r = schema.chat_response(ids, out)
+    r = chat_response(ids, out)
     assert r["choices"][0]["message"] == {"role": "assistant", "content": "hello", "refusal": None}
     assert r["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
                           "prompt_tokens_details": {"cached_tokens": 6}}
     assert r["timings"]["draft_n"] == 4 and r["timings"]["draft_n_accepted"] == 2 and r["timings"]["prompt_n"] == 4
     assert r["specli"]["drafted"] == 4 and r["specli"]["drafter_steps"] == {"ngram": 2, "none": 1}
-    first = schema.chunk(ids, "chat", "he", first=True, include_usage=True)
+    first = chunk(ids, "chat", "he", first=True, include_usage=True)
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": "he"} and first["usage"] is None
-    last = schema.chunk(ids, "chat", None, out=out)
+    last = chunk(ids, "chat", None, out=out)
     assert last["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
-    assert schema.usage_chunk(ids, "chat", out)["choices"] == []
-    text = schema.chunk(ids, "completion", "x")
+    assert usage_chunk(ids, "chat", out)["choices"] == []
+    text = chunk(ids, "completion", "x")
     assert text["object"] == "text_completion" and text["choices"][0]["text"] == "x"
     json.dumps(r)
 
@@ -115,8 +116,8 @@ def test_prometheus_text() -> None:
     m = ServerMetrics()
     c = _outcome().counters
     c.drafted_by_pos, c.accepted_by_pos = [2, 2], [2, 0]
-    m.add(Record("1", "chat", 200, c, "stop", 0.0, 0.5))
-    m.add(Record("2", "chat", 499, Counters(n_prompt=3), "cancelled", 0.1, 0.2))
+    m.add(RequestRecord("1", "chat", 200, c, "stop", 0.0, 0.5))
+    m.add(RequestRecord("2", "chat", 499, Counters(n_prompt=3), "cancelled", 0.1, 0.2))
     text = m.prometheus(running=1, waiting=2)
     lines = text.splitlines()
     assert 'specli:requests_total{endpoint="chat",status="200"} 1' in lines

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specli.serve.schema import ApiError
+from specli.serve.errors import ApiError
 from specli.serve.tools import CallStream, Structure, parse_calls, parse_structure, tool_grammar
 
 CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'

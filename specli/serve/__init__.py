@@ -1,11 +1,13 @@
 """`specli serve`: an OpenAI-compatible HTTP server over one loaded pair.
 
-schema (the OpenAI shapes: requests checked, errors, responses and chunks), worker (the
-one generation thread and its bounded queue), app (Starlette routes: auth, body cap,
-JSON and server-sent events), metrics (counters -> Prometheus text), view (log lines and
-the live table), server (uvicorn, signals, exit codes). Imported only by the command."""
+requests (bodies checked into records), responses (the OpenAI response and chunk
+shapes), errors (every error a client gets, its status chosen by its kind), tools
+(response_format and tool calls), worker (the one generation thread and its bounded
+queue), app (Starlette routes: auth, body cap, JSON and server-sent events), metrics
+(counters -> Prometheus text), view (log lines and the live table), server (uvicorn,
+signals, exit codes). Imported only by the command."""
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-DEFAULT_QUEUE = 8
-DEFAULT_MAX_BODY_MIB = 8.0
+DEFAULT_HOST = "127.0.0.1"  # local only unless asked: the server has no TLS of its own
+DEFAULT_PORT = 8080  # llama-server's, so clients set up for it find this one
+DEFAULT_QUEUE = 8  # requests waiting beyond the running one before a 503 asks clients to retry
+DEFAULT_MAX_BODY_MIB = 8.0  # room for a long conversation; a larger body is a 413

@@ -10,9 +10,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from specli.engine import metrics
-from specli.serve.worker import Record
+from specli.serve.worker import RequestRecord
 
-PREFIX = "specli:"
+PREFIX = "specli:"  # vLLM's names under specli's own prefix (vLLM uses `vllm:`), so both can share a Prometheus
 
 
 @dataclass
@@ -33,7 +33,7 @@ class ServerMetrics:
     request_s: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, r: Record) -> None:
+    def add(self, r: RequestRecord) -> None:
         c = r.counters
         with self._lock:
             self.requests[(r.endpoint, r.status)] += 1

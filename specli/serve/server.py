@@ -23,8 +23,8 @@ from specli.runtime import Runtime
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
 from specli.serve.metrics import ServerMetrics
-from specli.serve.view import Dashboard, log_line
-from specli.serve.worker import Record, Worker
+from specli.serve.view import ServeDashboard, log_line
+from specli.serve.worker import RequestRecord, Worker
 
 EXIT_WAIT_S = 4.0  # after a signal: the longest wait for the running step before leaving anyway
 INSECURE_WARNING = (
@@ -89,12 +89,12 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
         return (f"{sum(stats.requests.values())} served, {waiting} waiting; {stats.generation_tokens} tokens "
                 f"generated, {stats.accepted_tokens}/{stats.draft_tokens} drafted accepted")
 
-    dash = Dashboard(console, status) if o.dashboard else None
+    dash = ServeDashboard(console, status) if o.dashboard else None
     model_id, aliases = model_names(s.target)
     url = f"http://{o.host if ':' not in o.host else f'[{o.host}]'}:{o.port}/v1"
     server: _Server | None = None
 
-    def record(r: Record) -> None:
+    def record(r: RequestRecord) -> None:
         stats.add(r)
         if dash is not None:
             dash.record(r)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specli.engine.grammar import JSON_OPTIONS, Grammar, compile_grammar
-from specli.serve.schema import bad
+from specli.serve.errors import invalid
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL_RE = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
@@ -50,10 +50,10 @@ def parse_structure(body: dict[str, Any]) -> Structure:
     choice = _tool_choice(body.get("tool_choice"), tools)
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool):
-        raise bad("parallel_tool_calls", "parallel_tool_calls must be true or false", "invalid_type")
+        raise invalid("parallel_tool_calls", "parallel_tool_calls must be true or false", "invalid_type")
     if grammar is not None and tools and choice != "none":
-        raise bad("response_format", "response_format with tools is not supported: give tools, or a response "
-                                     "format, or tool_choice none", "unsupported_parameter")
+        raise invalid("response_format", "response_format with tools is not supported: give tools, or a response "
+                                         "format, or tool_choice none", "unsupported_parameter")
     return Structure(grammar, tools, choice, parallel)
 
 
@@ -61,26 +61,26 @@ def _response_format(value: Any) -> Grammar | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise bad("response_format", "response_format must be an object with a type", "invalid_type")
+        raise invalid("response_format", "response_format must be an object with a type", "invalid_type")
     kind = value["type"]
     if kind == "text":
         return None
     if kind == "json_object":
         return compile_grammar("json_object", "{}")
     if kind != "json_schema":
-        raise bad("response_format.type", f"response_format.type must be text, json_object or json_schema, "
-                                          f"got {json.dumps(kind)}")
+        raise invalid("response_format.type", f"response_format.type must be text, json_object or json_schema, "
+                                              f"got {json.dumps(kind)}")
     spec = value.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-        raise bad("response_format.json_schema", "response_format.json_schema must be an object with a schema "
-                                                 "object", "invalid_type")
+        raise invalid("response_format.json_schema", "response_format.json_schema must be an object with a schema "
+                                                     "object", "invalid_type")
     schema = spec.get("schema", {})
     if spec.get("strict"):  # OpenAI's strict mode: no property beyond those listed
         schema = _strict(schema)
     try:
         return compile_grammar("json_schema", json.dumps(schema))
     except Exception as e:  # a UsageError: its message names the problem
-        raise bad("response_format.json_schema.schema", getattr(e, "message", str(e))) from None
+        raise invalid("response_format.json_schema.schema", getattr(e, "message", str(e))) from None
 
 
 def _strict(schema: Any) -> Any:
@@ -99,28 +99,28 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise bad("tools", "tools must be an array", "invalid_type")
+        raise invalid("tools", "tools must be an array", "invalid_type")
     out = []
     seen: set[str] = set()
     for i, tool in enumerate(value):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
-            raise bad(where, f'{where} must be {{"type": "function", "function": {{...}}}}', "invalid_type")
+            raise invalid(where, f'{where} must be {{"type": "function", "function": {{...}}}}', "invalid_type")
         fn = tool["function"]
         name = fn.get("name")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
-            raise bad(f"{where}.function.name", f"{where}.function.name must be 1-64 letters, digits, _ . or -")
+            raise invalid(f"{where}.function.name", f"{where}.function.name must be 1-64 letters, digits, _ . or -")
         if name in seen:
-            raise bad(f"{where}.function.name", f"two tools are named {name!r}")
+            raise invalid(f"{where}.function.name", f"two tools are named {name!r}")
         seen.add(name)
         params = fn.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(params, dict):
-            raise bad(f"{where}.function.parameters", f"{where}.function.parameters must be a JSON schema object",
-                      "invalid_type")
+            raise invalid(f"{where}.function.parameters", f"{where}.function.parameters must be a JSON schema object",
+                          "invalid_type")
         try:
             compile_grammar("json_schema", json.dumps(params))
         except Exception as e:
-            raise bad(f"{where}.function.parameters", getattr(e, "message", str(e))) from None
+            raise invalid(f"{where}.function.parameters", getattr(e, "message", str(e))) from None
         out.append({"type": "function", "function": {**fn, "parameters": params}})
     return tuple(out)
 
@@ -130,17 +130,17 @@ def _tool_choice(value: Any, tools: Sequence[dict[str, Any]]) -> str:
         return "auto"
     if isinstance(value, str):
         if value not in ("auto", "none", "required"):
-            raise bad("tool_choice", f"tool_choice must be auto, none, required or a function, got {json.dumps(value)}")
+            raise invalid("tool_choice", f"tool_choice must be auto, none, required or a function, got {json.dumps(value)}")
         if value == "required" and not tools:
-            raise bad("tool_choice", "tool_choice required needs tools")
+            raise invalid("tool_choice", "tool_choice required needs tools")
         return value
     fn = value.get("function") if isinstance(value, dict) else None
     name = fn.get("name") if isinstance(fn, dict) else None
     if not isinstance(name, str):
-        raise bad("tool_choice", 'tool_choice must be auto, none, required or {"type": "function", '
-                                 '"function": {"name": ...}}', "invalid_type")
+        raise invalid("tool_choice", 'tool_choice must be auto, none, required or {"type": "function", '
+                                     '"function": {"name": ...}}', "invalid_type")
     if name not in [t["function"]["name"] for t in tools]:
-        raise bad("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
+        raise invalid("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
     return name
 
 
@@ -149,13 +149,13 @@ def check_template(template: str | None, rendered_with_tools: str, structure: St
     if not structure.tools:
         return
     if not template:
-        raise bad("tools", "this model has no chat template, so it cannot be given tools", "unsupported_parameter")
+        raise invalid("tools", "this model has no chat template, so it cannot be given tools", "unsupported_parameter")
     if not all(name in rendered_with_tools for name in structure.names):
-        raise bad("tools", "this model's chat template cannot express tools (it does not render them)",
-                  "unsupported_parameter")
+        raise invalid("tools", "this model's chat template cannot express tools (it does not render them)",
+                      "unsupported_parameter")
     if structure.calls_tools and OPEN not in template:
-        raise bad("tools", f"this model's chat template calls tools in a format specli does not know "
-                           f"(it knows {OPEN}...{CLOSE}); use tool_choice none", "unsupported_parameter")
+        raise invalid("tools", f"this model's chat template calls tools in a format specli does not know "
+                               f"(it knows {OPEN}...{CLOSE}); use tool_choice none", "unsupported_parameter")
 
 
 def tool_grammar(structure: Structure, open_token: int, close_token: int) -> Grammar | None:
@@ -170,8 +170,8 @@ def tool_grammar(structure: Structure, open_token: int, close_token: int) -> Gra
                    "x-guidance": JSON_OPTIONS}
     call = f'call: <[{open_token}]> "\\n" %json {json.dumps(call_schema)} "\\n" <[{close_token}]>'
     several = structure.parallel and structure.tool_choice in ("auto", "required")
-    # a newline may end the calls: Qwen2.5-Coder writes one after </tool_call> and only then
-    # its end token; with nothing but another call allowed after it, it called on and on
+    # a newline may end the calls: some models (Qwen2.5-Coder) write one after </tool_call>
+    # before their end token; where a newline could only start another call, they called on and on
     calls = 'calls: call ("\\n" call)* "\\n"?' if several else 'calls: call "\\n"?'
     start = "start: TEXT | calls\nTEXT: /[^<](.|\\n)*/" if structure.tool_choice == "auto" else "start: calls"
     return compile_grammar("lark", f"{start}\n{calls}\n{call}\n")

@@ -12,16 +12,16 @@ from rich.live import Live
 from rich.table import Table
 
 from specli.engine import metrics
-from specli.serve.worker import Job, Record
+from specli.serve.worker import Job, RequestRecord
 
-ROWS = 15
+ROWS = 15  # the last requests kept in the live table: what fits a terminal beside the caption
 
 
 def drafter_split(c: metrics.Counters) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(c.drafter_steps.items(), key=lambda kv: -kv[1])) or "-"
 
 
-def cells(r: Record) -> list[str]:
+def cells(r: RequestRecord) -> list[str]:
     c = r.counters
     return [r.id, r.endpoint, str(r.status), f"{c.n_prompt} ({c.n_prompt_reused})", str(c.n_generated),
             f"{metrics.acceptance_rate(c):.0%} ({c.n_accepted}/{c.n_drafted})",
@@ -33,7 +33,7 @@ HEADERS = ["#", "endpoint", "status", "prompt (cached)", "generated", "acceptanc
            "decode tok/s", "drafters (steps)", "queue s", "total s", "finish"]
 
 
-def log_line(r: Record) -> str:
+def log_line(r: RequestRecord) -> str:
     """`#12 chat 200 prompt 812 (cached 790) gen 256 acceptance 91% (230/252) 5.20 tok/forward ...`"""
     v = dict(zip(HEADERS, cells(r)))
     text = (f"#{r.id} {r.endpoint} {r.status} prompt {v['prompt (cached)'].replace('(', '(cached ')} "
@@ -43,18 +43,18 @@ def log_line(r: Record) -> str:
     return text + (f": {r.error}" if r.error else "")
 
 
-class Dashboard:
+class ServeDashboard:
     """The last requests and the running one, redrawn by rich's own thread (4 per second)."""
 
     def __init__(self, console: Console, status: Callable[[], str] = lambda: "") -> None:
         self.console = console
         self.status = status
-        self.rows: deque[Record] = deque(maxlen=ROWS)
+        self.rows: deque[RequestRecord] = deque(maxlen=ROWS)
         self.running: tuple[Job, metrics.Counters] | None = None
         self._lock = threading.Lock()
         self._live = Live(console=console, refresh_per_second=4, get_renderable=self.render, transient=False)
 
-    def __enter__(self) -> Dashboard:
+    def __enter__(self) -> ServeDashboard:
         self._live.__enter__()
         return self
 
@@ -64,7 +64,7 @@ class Dashboard:
     def progress(self, job: Job, counters: metrics.Counters) -> None:
         self.running = (job, counters)
 
-    def record(self, r: Record) -> None:
+    def record(self, r: RequestRecord) -> None:
         with self._lock:
             self.rows.append(r)
             self.running = None
@@ -77,5 +77,6 @@ class Dashboard:
         running = self.running
         if running is not None:
             job, c = running
-            t.add_row(*cells(Record(job.id, job.request.kind, 0, c, "generating", 0.0, 0.0)), style="bold")
+            row = RequestRecord(job.id, job.request.kind, 0, c, "generating", 0.0, 0.0)
+            t.add_row(*cells(row), style="bold")
         return Group(t)

@@ -20,14 +20,17 @@ from typing import Any, Literal
 
 from specli.engine import FINISH_STOP, generate, metrics
 from specli.engine.grammar import Constraint, Grammar, tokenizer_for
-from specli.errors import BackendError, ContextError, RpcError, SpecliError, UsageError
+from specli.errors import SpecliError, UsageError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime, prompting
-from specli.serve.schema import ApiError, Outcome, Request, bad
+from specli.serve import errors
+from specli.serve.errors import ApiError, invalid
+from specli.serve.requests import Request
+from specli.serve.responses import OpenAIFinish, Outcome
 from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls, tool_grammar
 
 State = Literal["loading", "ready", "failed", "stopping"]
-WARMUP_PROMPT = "Say hello."
+WARMUP_PROMPT = "Say hello."  # any short prompt: the warm-up only has to run every stage once
 SAVE_EVERY_S = 30.0  # the history store is written when idle, at most this often (and at exit)
 
 
@@ -39,6 +42,9 @@ class Delta:
     calls: tuple[tuple[int, ToolCall], ...] = ()  # (index in the answer, call)
 
 
+Pushed = Delta | Outcome | ApiError  # what a job hands its request's reader
+
+
 @dataclass
 class Job:
     """One request on its way through the queue."""
@@ -48,7 +54,7 @@ class Job:
     prompt: list[int]
     settings: Settings
     max_tokens: int
-    push: Callable[[Delta | Outcome | ApiError], None]  # thread-safe, to the request's reader
+    push: Callable[[Pushed], None]  # thread-safe, to the request's reader
     t_arrival: float = field(default_factory=time.perf_counter)
     cancelled: threading.Event = field(default_factory=threading.Event)
     t_start: float | None = None
@@ -56,7 +62,7 @@ class Job:
 
 
 @dataclass
-class Record:
+class RequestRecord:
     """One finished job, for the log line, the dashboard and /metrics."""
 
     id: str
@@ -75,7 +81,7 @@ class Worker:
 
     def __init__(self, settings: Settings, queue_max: int, *, recalibrate: bool = False,
                  max_tokens_cap: int | None = None,
-                 on_record: Callable[[Record], None] = lambda r: None,
+                 on_record: Callable[[RequestRecord], None] = lambda r: None,
                  on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
                  on_ready: Callable[[Runtime], None] = lambda rt: None,
                  on_failed: Callable[[BaseException], None] = lambda e: None) -> None:
@@ -103,13 +109,10 @@ class Worker:
     def ready_runtime(self) -> Runtime:
         """The loaded runtime, or 503 while loading or stopping."""
         if self.state != "ready" or self.rt is None:
-            what = {"loading": "the model is still loading", "stopping": "the server is shutting down",
-                    "failed": "the model failed to load"}[self.state]
-            raise ApiError(503, f"{what}; try again shortly", None, "unavailable",
-                           retry_after=5 if self.state == "loading" else None)
+            raise errors.unavailable(self.state)
         return self.rt
 
-    def new_job(self, request: Request, prompt: list[int], push: Callable[[Any], None]) -> Job:
+    def new_job(self, request: Request, prompt: list[int], push: Callable[[Pushed], None]) -> Job:
         """A job for `request` with its prompt tokens: the request's options laid over the
         server's settings, checked against what this server has loaded (400 if not)."""
         rt = self.ready_runtime()
@@ -123,20 +126,18 @@ class Worker:
             changes["stop"] = o.stop
         if o.exact is not None:
             if o.exact and s.verify != "exact":
-                raise bad("specli.exact", "exact verification needs the server started with --exact "
-                                          "(its KV cache type is chosen when the model loads)")
+                raise invalid("specli.exact", "exact verification needs the server started with --exact "
+                                              "(its KV cache type is chosen when the model loads)")
             changes["verify"] = "exact" if o.exact else "batch"
         s = replace(s, **changes)
         if s.drafter in NEEDS_DRAFT_MODEL and rt.draft is None:
-            raise bad("specli.drafter", f"drafter {s.drafter!r} needs a draft model, which this server has not "
-                                        "loaded (start it with --draft NAME, or ask for ngram, suffix or auto)")
+            raise invalid("specli.drafter", f"drafter {s.drafter!r} needs a draft model, which this server has not "
+                                            "loaded (start it with --draft NAME, or ask for ngram, suffix or auto)")
         n_ctx = rt.target.n_ctx
         if len(prompt) >= n_ctx:
-            raise ApiError(400, f"the prompt is {len(prompt)} tokens but the context holds {n_ctx} "
-                                f"(shorten the prompt, or start the server with a larger --ctx)",
-                           "messages" if request.kind == "chat" else "prompt", "context_length_exceeded")
+            raise errors.prompt_too_long(len(prompt), n_ctx, "messages" if request.kind == "chat" else "prompt")
         if o.max_tokens is not None and o.max_tokens > n_ctx:
-            raise bad("max_tokens", f"max_tokens is {o.max_tokens} but the context holds only {n_ctx} tokens")
+            raise invalid("max_tokens", f"max_tokens is {o.max_tokens} but the context holds only {n_ctx} tokens")
         max_tokens = o.max_tokens or self.max_tokens_cap or n_ctx
         return Job(f"{next(self._ids)}", request, prompt, s, max_tokens, push, grammar=answer_grammar(rt, request))
 
@@ -147,9 +148,7 @@ class Worker:
                 self.ready_runtime()
             if len(self._waiting) >= self.queue_max:
                 wait = self._mean_s * (len(self._waiting) + 1)
-                raise ApiError(503, f"the server is busy: {len(self._waiting)} requests are waiting "
-                                    f"(at most {self.queue_max}); retry later", None, "queue_full",
-                               retry_after=max(1, math.ceil(wait)))
+                raise errors.busy(len(self._waiting), self.queue_max, retry_after=max(1, math.ceil(wait)))
             self._waiting.append(job)
             self._cond.notify_all()
 
@@ -173,7 +172,7 @@ class Worker:
             self._waiting.clear()
             self._cond.notify_all()
         for job in dropped:
-            job.push(ApiError(503, "the server is shutting down", None, "shutting_down"))
+            job.push(errors.shutting_down())
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the thread to end (the runtime closed, the history saved); True if it did."""
@@ -207,8 +206,8 @@ class Worker:
 
     def _warm_up(self, rt: Runtime) -> None:
         """One short generation (and the calibration, where auto needs one), unrecorded; the
-        grammar engine's view of the vocabulary (1.5 s for 151,936 tokens) built before the
-        first request with a response_format or tools."""
+        grammar engine's view of the vocabulary built here, not on the first request with a
+        response_format or tools (slow on a large vocabulary)."""
         tokenizer_for(rt.target.vocab)
         s = replace(self.settings, history=False, max_tokens=4, stop=())
         events = generate(rt.target, rt.prompt_tokens(WARMUP_PROMPT, s), rt.generation_config(s), rt.drafter(s))
@@ -241,18 +240,21 @@ class Worker:
             if not job.cancelled.is_set():  # its client left while it was being taken off the queue
                 counters, finish = self._generate(rt, job)
         except SpecliError as e:
-            err = _api_error(e)
+            err = errors.from_specli(e)
             status, error, finish = err.status, e.one_line(), "error"
             job.push(err)
         except Exception as e:  # noqa: BLE001 - one request fails, the server goes on
-            status, error, finish = 500, f"{type(e).__name__}: {e}", "error"
-            job.push(ApiError(500, f"internal error: {type(e).__name__}: {e}", None, "internal_error"))
+            err = errors.internal(e)
+            status, error, finish = err.status, errors.describe(e), "error"
+            job.push(err)
         finally:
             self.running = None
             t_end = time.perf_counter()
             self._mean_s = 0.8 * self._mean_s + 0.2 * (t_end - job.t_start)
-            self.on_record(Record(job.id, job.request.kind, 499 if finish == "cancelled" else status, counters,
-                                  finish, job.t_start - job.t_arrival, t_end - job.t_arrival, error))
+            if finish == "cancelled":
+                status = errors.CLIENT_GONE.status
+            self.on_record(RequestRecord(job.id, job.request.kind, status, counters, finish,
+                                         job.t_start - job.t_arrival, t_end - job.t_arrival, error))
 
     def _generate(self, rt: Runtime, job: Job) -> tuple[metrics.Counters, str]:
         s = job.settings
@@ -291,23 +293,10 @@ class Worker:
         if calls is not None:
             text, found = parse_calls(text, calls.names)
             found[:len(calls.calls)] = calls.calls  # the ids already streamed
-        reason = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
-        job.push(Outcome(text, reason, counters, finish, queue_s,  # type: ignore[arg-type]
+        reason: OpenAIFinish = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
+        job.push(Outcome(text, reason, counters, finish, queue_s,
                          tokens if job.request.options.return_tokens else None, found))
         return counters, finish
-
-
-def _api_error(e: SpecliError) -> ApiError:
-    """An engine or model error as the client's error."""
-    if isinstance(e, ContextError):
-        return ApiError(400, e.one_line(), None, "context_length_exceeded")
-    if isinstance(e, UsageError):
-        return ApiError(400, e.one_line(), None, "invalid_value")
-    if isinstance(e, RpcError):
-        return ApiError(503, e.one_line(), None, "rpc_server_lost")
-    if isinstance(e, BackendError):
-        return ApiError(500, e.one_line(), None, "backend_error")
-    return ApiError(500, e.one_line(), None, "internal_error")
 
 
 def answer_grammar(rt: Runtime, request: Request) -> Grammar | None:
@@ -317,17 +306,17 @@ def answer_grammar(rt: Runtime, request: Request) -> Grammar | None:
     if structure is None:
         return None
     if structure.response_format is not None:
-        return structure.response_format  # type: ignore[no-any-return]
+        return structure.response_format
     if not structure.calls_tools:
         return None
     tags = [rt.target.tokenize(tag, add_special=False, parse_special=True) for tag in ("<tool_call>", "</tool_call>")]
     if any(len(t) != 1 for t in tags):
-        raise bad("tools", "this model's vocabulary has no <tool_call> tokens, so its calls cannot be parsed",
-                  "unsupported_parameter")
+        raise invalid("tools", "this model's vocabulary has no <tool_call> tokens, so its calls cannot be parsed",
+                      "unsupported_parameter")
     return tool_grammar(structure, tags[0][0], tags[1][0])
 
 
-def prompt_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
+def request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
     """The target's tokens for a request: a completion's prompt as text (special-token
     text parsed, as llama-server does), a chat through the same builder as `chat` and
     `generate` (a system message, alternating turns ending with the user's), or any
@@ -339,17 +328,18 @@ def prompt_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
         system = msgs.pop(0)["content"] if msgs and msgs[0]["role"] == "system" else s.system
         roles = [m["role"] for m in msgs]
         simple = roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
-        tools = request.structure.tools if request.structure is not None else ()
-        if tools and not s.raw:
+        structure = request.structure
+        if structure is not None and structure.tools and not s.raw:
+            tools = structure.tools
             full = [*([{"role": "system", "content": system}] if system else []), *msgs]
             rendered = rt.target.apply_chat_template(full, True, tools) if rt.target.chat_template else ""
-            check_template(rt.target.chat_template, rendered, request.structure)
+            check_template(rt.target.chat_template, rendered, structure)
             return rt.target.chat_tokens(full, tools=tools)
         if simple and not any("tool_calls" in m for m in msgs):
             return prompting.prompt_tokens(rt.target, msgs[-1]["content"], msgs[:-1], system=system, raw=s.raw)
         if s.raw or not rt.target.chat_template:
-            raise bad("messages", "without a chat template, messages must be alternating user and assistant "
-                                  "turns that end with the user's (or use /v1/completions)")
+            raise invalid("messages", "without a chat template, messages must be alternating user and assistant "
+                                      "turns that end with the user's (or use /v1/completions)")
         return rt.target.chat_tokens([*([{"role": "system", "content": system}] if system else []), *msgs])
     except UsageError as e:
-        raise bad("messages" if request.kind == "chat" else "prompt", e.one_line()) from None
+        raise invalid("messages" if request.kind == "chat" else "prompt", e.one_line()) from None
