@@ -4,7 +4,7 @@
 # behind tests/rpc_relay.py and `specli bench` runs the baseline and auto with the
 # target split half and half over them (--recalibrate: the costs are the network's).
 # Usage: scripts/bench_rpc.sh [OUT_DIR] [DELAYS_MS] [LIMIT] [MAX_TOKENS]
-#   defaults: bench-rpc "0 2 10" 2 128; then: python scripts/rpc_summary.py OUT_DIR/*.json
+#   defaults: bench-rpc "0 2 10" 2 128; then: specli bench summarize --by file OUT_DIR/*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench-rpc}; delays=${2:-"0 2 10"}; limit=${3:-2}; n=${4:-128}

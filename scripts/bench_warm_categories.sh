@@ -21,4 +21,4 @@ for cat in $categories; do
   specli bench --prompts "$spec_bench" --categories "$cat" --limit "$limit" --max-tokens "$max_tokens" \
     --modes baseline,auto,ngram --warm-history others --json "$out/$cat.json" --markdown "$out/$cat.md"
 done
-python scripts/bench_warm_summary.py "$out"/*.json
+specli bench summarize --by category "$out"/*.json

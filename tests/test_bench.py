@@ -212,7 +212,7 @@ def test_plan_with_sweep_and_peer() -> None:
 
 
 def _rec(mode: str, index: int, tps: float, tokens: list[int], *, repeat: int = 0, category: str = "c",
-         drafted: int = 0, accepted: int = 0, temperature: float = 0.0) -> bench.Record:
+         drafted: int = 0, accepted: int = 0, temperature: float = 0.0) -> bench.BenchRecord:
     n = len(tokens)
     c = Counters(n_prompt=10, n_generated=n, t_total=n / tps, t_first_token=0.1, t_prefill=0.1, t_llama=n / tps / 2)
     steps = max(1, n - 1 - accepted)

@@ -134,12 +134,8 @@ def test_warm_split_run_drafts_from_the_held_apart_half(tmp_path: Path, monkeypa
 
 
 def test_summary_prices_each_verify_batch_with_the_calibrated_costs() -> None:
-    import importlib.util
+    from specli.bench import summarize as summary
 
-    spec = importlib.util.spec_from_file_location("summary", Path(__file__).parent.parent / "scripts" / "bench_warm_summary.py")
-    assert spec is not None and spec.loader is not None
-    summary = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summary)
     sizes, ratios = [1, 2, 4], [1.0, 1.5, 2.5]
     # 10 forwards: 7 plain, then drafts of 1, 2 and 3 tokens (batches of 2, 3 and 4)
     record = {"n_target_forwards": 10, "drafted_by_pos": [3, 2, 1]}

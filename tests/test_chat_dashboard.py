@@ -13,7 +13,7 @@ from rich.console import Console
 
 from specli import profiles
 from specli.cli.chat import ChatSession
-from specli.cli.dashboard import Dashboard, Reply, bar, stats_table
+from specli.cli.dashboard import GenerationDashboard, Reply, bar, stats_table
 from specli.engine import StepEvent
 from specli.engine.metrics import Counters
 from specli.errors import UsageError
@@ -166,7 +166,7 @@ def test_reply_keeps_what_came_before_an_interrupt() -> None:
     assert reply.text == "abab" and len(shown) == 2
     assert reply.counters.n_generated == 4 and reply.finish_reason is None
     done = Reply()
-    done.follow([_event(2, 2, 1, "length")], Dashboard(recording()), shown.append)
+    done.follow([_event(2, 2, 1, "length")], GenerationDashboard(recording()), shown.append)
     assert done.finish_reason == "length" and len(shown) == 2  # the dashboard showed it
 
 
@@ -179,7 +179,7 @@ def _event(n: int, drafted: int, accepted: int, reason: FinishReason | None = No
 
 def test_dashboard_renders_the_figures() -> None:
     con = recording()
-    dash = Dashboard(con)
+    dash = GenerationDashboard(con)
     dash.update(_event(6, 6, 4))
     dash.update(_event(8, 6, 4, "stop"))
     con.print(dash.render())
@@ -193,10 +193,10 @@ def test_dashboard_renders_the_figures() -> None:
 
 def test_dashboard_colours_draft_tokens() -> None:
     con = Console(file=io.StringIO(), record=True, width=80, color_system="truecolor", force_terminal=True)
-    dash = Dashboard(con)
+    dash = GenerationDashboard(con)
     dash.update(_event(2, 2, 1))
     assert any(seg.style and "green" in str(seg.style) for seg in dash.text().render(con))
-    plain = Dashboard(con, color_draft=False)
+    plain = GenerationDashboard(con, color_draft=False)
     plain.update(_event(2, 2, 1))
     assert not any(seg.style and "green" in str(seg.style) for seg in plain.text().render(con))
 

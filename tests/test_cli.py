@@ -51,6 +51,29 @@ def test_models_pull_is_a_noop_when_present() -> None:
     assert res.exit_code == 0, res.output
 
 
+def test_pull_progress_is_plain_lines_where_not_a_terminal() -> None:
+    import io
+    import re
+
+    from rich.console import Console
+
+    from specli.cli.models import pull_progress
+
+    out = io.StringIO()
+    size = 98362432
+    with pull_progress(Console(file=out, width=200, force_terminal=False)) as update:
+        update(f"{SMOL}: looking up pkg (1/1)", 0, 0)
+        for done in range(0, size, 1 << 20):
+            update(f"{SMOL}: pkg", done, size)
+        update(f"{SMOL}: pkg", size, size)
+        update(f"{SMOL}: done", size, size)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == [f"{SMOL}: looking up pkg (1/1) started", f"{SMOL}: pkg started"], lines
+    assert re.fullmatch(rf"{SMOL}: pkg done \(98\.4 MB, \d+\.\d s\)", lines[2]), lines
+    assert re.fullmatch(rf"{SMOL}: done \(98\.4 MB, \d+\.\d s\)", lines[3]), lines
+    assert len(lines) == 4, lines
+
+
 def test_generate_json_has_every_field() -> None:
     res = runner.invoke(app, ["generate", *SMOL_ARGS, "--json", "-n", "24", "--draft-max", "3", "--draft-p-min", "0.1",
                               "--top-k", "5", "--seed", "3", "--stop", "###", "--stop", "@@", "--threads", "2",

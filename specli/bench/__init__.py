@@ -27,8 +27,9 @@ The parts, in the order a run uses them: prompts (files, suites, selection), mod
 (mode, peer and sweep strings), plan (options checked, settings resolved), peers
 (llama.cpp's programs, llama-cpp-python), run (models loaded, generations run),
 records (records, lossless check, aggregates), report (tables, JSON, CSV, Markdown),
-tune (--write-profile), command (the whole command). Only `run` and `peers` touch
-models; nothing here imports Typer.
+tune (--write-profile), command (the whole command); summarize (`specli bench summarize`:
+tables from the JSON files written). Only `run` and `peers` touch models; nothing here
+imports Typer.
 """
 
 from specli.bench.command import command
@@ -54,9 +55,9 @@ from specli.bench.prompts import (
 )
 from specli.bench.records import (
     EXIT_LOSSLESS,
+    BenchRecord,
     Divergence,
     LosslessError,
-    Record,
     Row,
     aggregate,
     check_lossless,
@@ -73,7 +74,7 @@ from specli.bench.tune import best_mode, profile_text, write_profile
 
 __all__ = [
     "BASELINE", "DEFINITIONS", "EXIT_LOSSLESS", "FIXED_KEYS", "BenchOptions", "BenchResult", "Divergence", "LosslessError", "Mode",
-    "Plan", "Record", "Row", "aggregate", "bar_chart", "best_mode", "check_lossless", "classify_divergence",
+    "Plan", "BenchRecord", "Row", "aggregate", "bar_chart", "best_mode", "check_lossless", "classify_divergence",
     "command", "csv_text", "dedupe_modes", "divergences_of", "document", "execute", "finish_records",
     "first_difference", "load_prompt_file", "markdown_table", "parse_mode", "parse_modes", "parse_peer",
     "parse_prompts", "parse_sweep", "plan_bench", "profile_text", "record_from_counters", "replay_proposals",

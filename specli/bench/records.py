@@ -31,7 +31,7 @@ class LosslessError(SpecliError):
 
 
 @dataclass
-class Record:
+class BenchRecord:
     """One generation: which mode, prompt, repeat and turn; what it produced and its
     counters; its speedups and lossless verdict once the run is finished."""
 
@@ -117,8 +117,8 @@ def record_from_counters(
     c: Counters, *, mode: Mode, prompt: Prompt, prompt_index: int, repeat: int, turn: int,
     tokens: Sequence[int] | None, text: str, finish_reason: FinishReason | None, temperature: float, verify: str = "batch",
     margins: Sequence[tuple[int, float]] | None = None, contenders: Sequence[dict[int, float]] | None = None,
-) -> Record:
-    return Record(
+) -> BenchRecord:
+    return BenchRecord(
         mode.name, mode.kind, None if mode.is_baseline else mode.compare_to, prompt_index, prompt.id,
         prompt.category, repeat, turn, temperature, verify, finish_reason, c,
         None if tokens is None else [int(t) for t in tokens], text,
@@ -156,7 +156,7 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
 
-def add_speedups(records: Sequence[Record]) -> None:
+def add_speedups(records: Sequence[BenchRecord]) -> None:
     """speedup = this generation's tok/s / its baseline's tok/s on the same prompt, repeat
     and turn; decode_speedup the same with prefill excluded on both sides. A llama.cpp
     peer's baseline is llama.cpp's own plain decoding (`compare_to`), every other mode's
@@ -172,7 +172,7 @@ def add_speedups(records: Sequence[Record]) -> None:
                                   metrics.decode_tokens_per_second(b.counters))
 
 
-def classify_divergence(baseline: Record, rec: Record, diff: int, tie_bound: float | None) -> Lossless:
+def classify_divergence(baseline: BenchRecord, rec: BenchRecord, diff: int, tie_bound: float | None) -> Lossless:
     """`near-tie` when a one-batch mode's first differing token is one the baseline
     ranked right behind its top token at that position (the runner-up, or another of
     the recorded contenders) with a logit gap within the batching noise measured for
@@ -184,7 +184,7 @@ def classify_divergence(baseline: Record, rec: Record, diff: int, tie_bound: flo
     return "near-tie" if mode_gap is not None and mode_gap <= tie_bound else "mismatch"
 
 
-def mode_token_gap(baseline: Record, diff: int, token: int | None) -> float | None:
+def mode_token_gap(baseline: BenchRecord, diff: int, token: int | None) -> float | None:
     """The baseline's gap from its top token to `token` at position `diff`, if recorded."""
     gaps: dict[int, float] = {}
     if baseline.margins is not None and diff < len(baseline.margins):
@@ -194,7 +194,7 @@ def mode_token_gap(baseline: Record, diff: int, token: int | None) -> float | No
     return gaps.get(token) if token is not None else None
 
 
-def check_lossless(records: Sequence[Record], tie_bound: float | None = None,
+def check_lossless(records: Sequence[BenchRecord], tie_bound: float | None = None,
                    mode_bounds: Mapping[str, float] | None = None) -> list[Divergence]:
     """Compare each generation with its baseline's (both at temperature 0) and mark it
     `match`, `near-tie`, `mismatch` or `unchecked`; `mode_bounds` gives a mode its own
@@ -227,14 +227,14 @@ def check_lossless(records: Sequence[Record], tie_bound: float | None = None,
     return out
 
 
-def divergences_of(records: Sequence[Record], tie_bound: float | None,
+def divergences_of(records: Sequence[BenchRecord], tie_bound: float | None,
                    mode_bounds: Mapping[str, float] | None = None) -> list[Divergence]:
     """Speedups and the lossless check, in place; returns every divergence."""
     add_speedups(records)
     return check_lossless(records, tie_bound, mode_bounds)
 
 
-def finish_records(records: Sequence[Record], tie_bound: float | None = None,
+def finish_records(records: Sequence[BenchRecord], tie_bound: float | None = None,
                    mode_bounds: Mapping[str, float] | None = None) -> list[Divergence]:
     """`divergences_of`, keeping only the mismatches (near-ties stay in the records)."""
     return [x for x in divergences_of(records, tie_bound, mode_bounds) if x.verdict == "mismatch"]
@@ -286,7 +286,7 @@ def _spread(xs: Sequence[float]) -> tuple[float | None, float | None, float | No
     return (_median(xs), min(xs), max(xs)) if xs else (None, None, None)
 
 
-def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
+def aggregate_group(mode: str, category: str, records: Sequence[BenchRecord]) -> Row:
     cs = [r.counters for r in records]
     n_drafted = sum(c.n_drafted for c in cs)
     n_accepted = sum(c.n_accepted for c in cs)
@@ -320,7 +320,7 @@ def aggregate_group(mode: str, category: str, records: Sequence[Record]) -> Row:
     )
 
 
-def aggregate(records: Sequence[Record], modes: Sequence[str] | None = None) -> list[Row]:
+def aggregate(records: Sequence[BenchRecord], modes: Sequence[str] | None = None) -> list[Row]:
     """Per mode: one row per category (in order of appearance) and one `all` row."""
     mode_order = list(modes) if modes is not None else list(dict.fromkeys(r.mode for r in records))
     categories = list(dict.fromkeys(r.category for r in records))

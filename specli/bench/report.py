@@ -15,7 +15,7 @@ from rich.text import Text
 
 from specli import profiles
 from specli.bench.prompts import split_list
-from specli.bench.records import COMPARED, Divergence, Record, Row
+from specli.bench.records import COMPARED, BenchRecord, Divergence, Row
 from specli.bench.run import BenchResult, warm_json
 from specli.engine import metrics
 
@@ -174,7 +174,7 @@ CSV_COLUMNS = (
 )
 
 
-def csv_text(records: Sequence[Record]) -> str:
+def csv_text(records: Sequence[BenchRecord]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)

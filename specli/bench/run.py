@@ -27,7 +27,7 @@ from specli.bench import peers
 from specli.bench.modes import LLAMA_CPP, Mode
 from specli.bench.peers import Generated
 from specli.bench.plan import Plan
-from specli.bench.records import Record, record_from_counters
+from specli.bench.records import BenchRecord, record_from_counters
 from specli.bench.suites import Prompt
 from specli.engine import Verifier
 from specli.engine.verify import MarginRecorder
@@ -46,7 +46,7 @@ WARMUP_TOKENS = 16
 @dataclass
 class BenchResult:
     plan: Plan
-    records: list[Record] = field(default_factory=list)
+    records: list[BenchRecord] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
     stopped_by: str | None = None  # "Ctrl-C" or "SIGTERM" when interrupted
@@ -138,7 +138,7 @@ class _Runner:
         return Generated(res.tokens, res.text, res.finish_reason, c, recorder.margins[:n], recorder.contenders[:n])
 
     def conversation(self, mode: Mode, prompt: Prompt, index: int, repeat: int,
-                     on_record: Callable[[Record], None], before_turn: Callable[[int], None]) -> None:
+                     on_record: Callable[[BenchRecord], None], before_turn: Callable[[int], None]) -> None:
         s = self.plan.settings[mode.name]
         self.reset()
         drafter = None if mode.peer else self.rt.drafter(s, self.histories.setdefault(mode.name, SuffixIndex()))
@@ -158,7 +158,7 @@ class _Runner:
             ))
             history += [{"role": "user", "content": user}, {"role": "assistant", "content": g.text}]
 
-    def warm_history(self, update: Callable[..., None], on_done: Callable[[Record], None]) -> None:
+    def warm_history(self, update: Callable[..., None], on_done: Callable[[BenchRecord], None]) -> None:
         """Every warm prompt through every history-reading mode, by the measured path
         (same settings and length), so each mode's in-run history holds the outputs;
         their records go to `on_done` only, never to the results."""
@@ -238,7 +238,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
                 update("warm-up")
                 runner.warmup()
 
-            def warmed(rec: Record) -> None:  # not recorded: only counted
+            def warmed(rec: BenchRecord) -> None:  # not recorded: only counted
                 result.warm_generations += 1
                 update(advance=1)
 
@@ -253,7 +253,7 @@ def execute(plan: Plan, result: BenchResult, verifier: Verifier | None = None,
                             t = f" turn {turn + 1}" if plan.opts.turns == "all" else ""
                             update(f"prompt {i + 1}/{n} {prompt.id}{rep}{t} · {m.name}")
 
-                        def record(rec: Record) -> None:
+                        def record(rec: BenchRecord) -> None:
                             result.records.append(rec)
                             update(advance=1)
 

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from specli import profiles
-from specli.cli.dashboard import Dashboard, Reply, colored_text, stats_table, summary_line
+from specli.cli.dashboard import GenerationDashboard, Reply, colored_text, stats_table, summary_line
 from specli.engine import generate, metrics
 from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
@@ -150,7 +150,7 @@ class ChatSession:
         return prompting.prompt_tokens(self.rt.target, user, self.history(), system=self.system,
                                        raw=self.settings.raw)
 
-    def prompt_tokens(self, user: str) -> list[int]:
+    def turn_tokens(self, user: str) -> list[int]:
         """Chat tokens for the next reply. When the prompt would leave less room than
         the reply may need (at most a quarter of the context), the oldest turns are
         left out until it fills at most half the context: the turns after that reuse
@@ -184,10 +184,10 @@ class ChatSession:
             self.console.print(f"[red]{LOST}[/]")
             return None
         s = self.settings
-        tokens = self.prompt_tokens(user)
+        tokens = self.turn_tokens(user)
         events = generate(self.rt.target, tokens, self.rt.generation_config(s), self.rt.drafter(s))
         reply = Reply()
-        dash = Dashboard(self.console, self.color_draft, title="reply") if self.live else None
+        dash = GenerationDashboard(self.console, self.color_draft, title="reply") if self.live else None
         try:
             reply.follow(events, dash, lambda ev: self.console.print(colored_text(ev.segments, self.color_draft),
                                                                      end=""))

@@ -86,8 +86,8 @@ def colored_text(segments: list[tuple[str, bool]], color_draft: bool = True) -> 
     return out
 
 
-class Dashboard:
-    """`with Dashboard(console) as d: for ev in events: d.update(ev)`."""
+class GenerationDashboard:
+    """`with GenerationDashboard(console) as d: for ev in events: d.update(ev)`."""
 
     def __init__(self, console: Console, color_draft: bool = True, title: str = "specli",
                  max_text_lines: int = 30) -> None:
@@ -104,8 +104,8 @@ class Dashboard:
         self.last = ev
         self.segments.extend(ev.segments)
         self.rolling.add(time.perf_counter(), ev.counters.n_generated)
-        # drawn by Live's own refresh, 8 times a second: rendering per step redrew the whole
-        # text every step (its cost grew with the answer, and steps can be 3 ms apart)
+        # drawn by Live's own refresh (8 a second), not per step: a redraw costs more the
+        # longer the answer, and steps can be 3 ms apart
 
     def text(self) -> Text:
         return colored_text(self.segments, self.color_draft)
@@ -122,7 +122,7 @@ class Dashboard:
                                title=f"stats ({status})", border_style="dim"))
         return Group(*parts)
 
-    def __enter__(self) -> Dashboard:
+    def __enter__(self) -> GenerationDashboard:
         self._live = Live(console=self.console, refresh_per_second=8, transient=True, get_renderable=self.render)
         self._live.__enter__()
         return self
@@ -160,7 +160,7 @@ class Reply:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def follow(self, events: Iterable[StepEvent], dashboard: Dashboard | None,
+    def follow(self, events: Iterable[StepEvent], dashboard: GenerationDashboard | None,
                echo: Callable[[StepEvent], None]) -> None:
         """Consume `events`, shown live in `dashboard` when there is one, else passed to `echo`."""
         show = dashboard.update if dashboard is not None else echo

@@ -6,20 +6,20 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
-from specli import bench as bench_module  # light: no model code at import
-from specli import profiles, registry
+from specli import profiles
 from specli import serve as serve_defaults  # light: constants only
-from specli.bench import DEFINITIONS
+from specli.cli.bench import bench_app
 from specli.cli.guard import err_console, guarded, print_notes
+from specli.cli.manage import cache_app, profiles_app
+from specli.cli.models import models_app
 from specli.cli.options import (
     GENERATION,
     HARDWARE,
@@ -41,14 +41,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-models_app = typer.Typer(help="Named models: list, pull, inspect.", no_args_is_help=True)
-profiles_app = typer.Typer(help="Settings profiles (YAML).", no_args_is_help=True)
-cache_app = typer.Typer(help="The history of generated text that suffix and auto draft from.",
-                        no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(cache_app, name="cache")
-
 
 
 @app.callback()
@@ -58,125 +54,6 @@ def _options(
     if debug:
         os.environ["SPECLI_DEBUG"] = "1"
 
-
-# ------------------------------------------------------------------------ models
-
-
-@contextlib.contextmanager
-def pull_progress() -> Iterator[Callable[[str, int, int], None]]:
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=err_console(),
-        transient=False,
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total or None)
-            bar.update(tasks[stage], completed=done, total=total or None)
-
-        yield update
-
-
-
-
-@models_app.command("list")
-@guarded
-def models_list(as_json: JsonOpt = False) -> None:
-    """List the registry's models and whether each is downloaded."""
-    rows = [registry.describe(s) for s in registry.load_registry().values()]
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    t = Table("name", "role", "size", "present", "path")
-    for r in rows:
-        t.add_row(r["name"], r["role"], f"{r['size'] / 1e6:,.0f} MB", "yes" if r["present"] else "no", r["path"])
-    Console().print(t)
-
-
-@models_app.command("pull")
-@guarded
-def models_pull(
-    names: Annotated[list[str], typer.Argument(help="Model names (see `specli models list`).")],
-    force: Annotated[bool, typer.Option(help="Download again even if present.")] = False,
-) -> None:
-    """Download (or derive) models, verifying size and sha256."""
-    from specli.backend import quantize_model
-
-    for name in names:
-        with pull_progress() as update:
-            path = registry.pull(name, progress=update, quantize=quantize_model, force=force)
-        err_console().print(f"{name}: {path}")
-
-
-@models_app.command("path")
-@guarded
-def models_path(name: str) -> None:
-    """Print the local file of a pulled model."""
-    print(registry.resolve(name))
-
-
-@models_app.command("info")
-@guarded
-def models_info(name: str, as_json: JsonOpt = False) -> None:
-    """Registry entry of a model and, if present, what the GGUF itself says."""
-    reg = registry.load_registry()
-    info: dict[str, Any] = {}
-    path: Path
-    if name in reg:
-        info = registry.describe(reg[name])
-        path = registry.model_path(reg[name])
-    else:
-        path = registry.resolve(name)
-        info = {"name": path.name, "path": str(path), "size": path.stat().st_size, "present": True}
-    if info.get("present"):
-        from specli.backend import read_model_info
-
-        info["gguf"] = read_model_info(path)
-    if as_json:
-        print(json.dumps(info, indent=2))
-        return
-    t = Table(show_header=False)
-    for k, v in info.items():
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                t.add_row(f"{k}.{k2}", str(v2))
-        else:
-            t.add_row(k, str(v))
-    Console().print(t)
-
-
-# ---------------------------------------------------------------------- profiles
-
-
-@profiles_app.command("list")
-@guarded
-def profiles_list() -> None:
-    """Shipped and user profiles."""
-    t = Table("name", "origin", "description", "path")
-    for p in profiles.list_profiles():
-        t.add_row(p.name, p.origin, p.error or p.description, str(p.path))
-    Console().print(t)
-
-
-@profiles_app.command("show")
-@guarded
-def profiles_show(name: str) -> None:
-    """Every setting a profile resolves to (defaults filled in)."""
-    print(json.dumps(profiles.settings_to_dict(profiles.resolve_settings(name)), indent=2))
-
-
-@profiles_app.command("validate")
-@guarded
-def profiles_validate(file: Path) -> None:
-    """Check a profile file; exit non-zero with the problem if it is invalid."""
-    profiles.validate_file(file)
-    print(f"{file}: ok")
 
 # ---------------------------------------------------------------------- generate
 
@@ -230,7 +107,7 @@ def generate(
 def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True,
                  recalibrate: bool = False, grammar: Any = None) -> None:
     """`grammar`: a specli.engine.grammar.Grammar the answer must follow, or None."""
-    from specli.cli.dashboard import Dashboard, Reply, summary_line
+    from specli.cli.dashboard import GenerationDashboard, Reply, summary_line
     from specli.engine import generate as engine_generate
     from specli.engine.grammar import Constraint
     from specli.runtime import open_runtime
@@ -263,7 +140,7 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
         constraint = Constraint(grammar, rt.target.vocab) if grammar is not None else None
         events = engine_generate(rt.target, prompt_tokens, rt.generation_config(), rt.drafter(),
                                  constraint=constraint)
-        reply.follow(events, Dashboard(Console(), color_draft=color_draft) if live else None, echo)
+        reply.follow(events, GenerationDashboard(Console(), color_draft=color_draft) if live else None, echo)
     except KeyboardInterrupt:
         reply.finish_reason = "interrupted"
         end()  # what was generated is not lost
@@ -314,56 +191,6 @@ def chat(
         session.rt.close()  # the session's runtime: reloaded after a lost RPC server
 
 
-@app.command(help="Measure drafting modes against plain decoding on a prompt set, checking that "
-                  "greedy outputs are identical (lossless). Exit codes: 0 ok, 9 an output differed "
-                  "from the baseline, 130 Ctrl-C / 143 SIGTERM (results so far are still written), others as "
-                  "for every command.\n\nDefinitions:\n\n" + DEFINITIONS)
-@guarded
-@with_settings(*GENERATION)
-def bench(
-    profile: ProfileOpt = None,
-    prompts: Annotated[Path | None, typer.Option(help="Prompt file: Spec-Bench or HumanEval JSONL, or text "
-                                                      "(one prompt a line).")] = None,
-    suite: Annotated[str | None, typer.Option(help="Built-in prompts: code, edit, chat, summarize, rag, math "
-                                                   "or all (default: all, unless --prompts).")] = None,
-    modes: Annotated[str | None, typer.Option(help="Modes, DRAFTER[:key=value,...] comma-separated, "
-                                                   "k = draft_max; the baseline is always run "
-                                                   "(default: baseline,draft,ngram).")] = None,
-    repeat: Annotated[int, typer.Option(help="Runs of every prompt and mode.")] = 1,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write every record and aggregate as JSON "
-                                                               "(- = stdout).")] = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one CSV row per generation.")] = None,
-    markdown_out: Annotated[Path | None, typer.Option("--markdown", help="Write the summary table.")] = None,
-    sweep: Annotated[str | None, typer.Option(help="Grid of the profile's drafter, e.g. "
-                                                   "'draft-max=1..8,draft-p-min=0,0.3,0.6'.")] = None,
-    write_profile: Annotated[str | None, typer.Option(help="Save the fastest lossless mode as a user "
-                                                           "profile NAME.")] = None,
-    peer: Annotated[list[str] | None, typer.Option(
-        help="Also run a peer on the same prompts (repeatable): llama.cpp:ngram-simple, llama.cpp:ngram-mod, "
-             "llama.cpp:draft:k=N (llama.cpp's own programs, built by scripts/build-llama-cpp.sh; their "
-             "speedups are against llama.cpp's plain decoding), or llama-cpp-python[:k=N,ngram_max=M] "
-             "(its prompt-lookup decoding).")] = None,
-    limit: Annotated[int | None, typer.Option(help="At most N prompts per category.")] = None,
-    categories: Annotated[str | None, typer.Option(help="Only these categories (comma-separated).")] = None,
-    turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache.")] = "first",
-    warmup: Annotated[bool, typer.Option(help="One unrecorded warm-up generation first.")] = True,
-    warm_history: Annotated[str | None, typer.Option(help=bench_module.WARM_HISTORY_HELP)] = None,
-    recalibrate: RecalibrateOpt = False,
-    *,
-    overrides: dict[str, Any],
-) -> None:
-    opts = bench_module.BenchOptions(
-        profile=profile, prompts=prompts, suite=suite, modes=modes, max_tokens=overrides.pop("max_tokens", None),
-        repeat=repeat, temperature=overrides.pop("temperature", None), json_out=json_out, csv_out=csv_out,
-        markdown_out=markdown_out, sweep=sweep, write_profile=write_profile, peer=peer, limit=limit,
-        categories=categories, turns=turns, warmup=warmup, warm_history=warm_history, overrides=overrides,
-        recalibrate=recalibrate,
-    )
-    code = bench_module.command(opts)
-    if code:
-        raise typer.Exit(code)
-
-
 @app.command()
 @guarded
 @with_settings(*MODELS, *HARDWARE)
@@ -399,34 +226,6 @@ def calibrate(
     console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; {chunk}"
                   f"batch logit noise <= {cal.max_logit_diff:.3g} (near-tie bound {cal.tie_bound:.3g}); "
                   f"measured {cal.measured}", highlight=False)
-
-
-# ------------------------------------------------------------------------- cache
-
-
-@cache_app.command("stats")
-@guarded
-def cache_stats(as_json: JsonOpt = False) -> None:
-    """Each history store: documents, tokens, size (one per tokenizer)."""
-    from specli.history import HistoryStore
-
-    rows = HistoryStore.all_stats()
-    if as_json:
-        print(json.dumps(rows, indent=2))
-        return
-    t = Table("path", "documents", "tokens", "bytes", "status")
-    for r in rows:
-        t.add_row(*(str(r.get(k, "-")) for k in ("path", "n_documents", "n_tokens", "file_bytes", "status")))
-    Console().print(t if rows else "no history stored")
-
-
-@cache_app.command("clear")
-@guarded
-def cache_clear() -> None:
-    """Delete every history store (the generated text kept for drafting)."""
-    from specli.history import HistoryStore
-
-    print(f"removed {HistoryStore.clear()} history store(s)")
 
 
 @app.command("rpc-server")
