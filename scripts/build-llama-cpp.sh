@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp's own `llama-speculative-simple`, `llama-completion` and `llama-server`
 # from the source that the pinned llama-cpp-python vendors, for `specli bench --peer
-# llama.cpp:...` and scripts/bench_serve.py. llama-server is built without its web UI
+# llama.cpp:...` and benchmarks/serve.py. llama-server is built without its web UI
 # (its assets are downloaded at build time; the API needs none of them).
 # Default llama.cpp flags (the reference a llama.cpp user gets), with the same CPU
 # features and AMX exclusions as specli's own build. About 5 minutes on 2 cores, once:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.processes import default_sigint, free_port, start_rpc_server, stop_process
 from specli import profiles
 from specli.cli import app
 from specli.endpoints import BadEndpoint, Endpoint, parse_endpoint, parse_endpoints
@@ -87,41 +88,6 @@ def test_malformed_rpc_is_refused_before_anything_loads(monkeypatch: pytest.Monk
 
 
 # -- servers ----------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def start_server(port: int) -> subprocess.Popen[bytes]:
-    """`specli rpc-server` on 127.0.0.1:port, answering HELLO before this returns."""
-    from specli.backend.rpc import probe
-
-    p = subprocess.Popen([*SPECLI, "rpc-server", "--port", str(port), "--threads", "2"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 30:
-        if p.poll() is not None:
-            raise AssertionError(f"rpc-server exited {p.returncode}: {p.stderr.read().decode()}")  # type: ignore[union-attr]
-        try:
-            probe(Endpoint("127.0.0.1", port), timeout=2)
-            return p
-        except Exception:
-            time.sleep(0.2)
-    p.kill()
-    raise AssertionError("rpc-server did not answer in 30 s")
-
-
-def stop(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        p.kill()
-    p.wait(10)
-
-
 def port_near(preferred: int) -> int:
     """`preferred` when it is free (stable ports keep one calibration per test set-up in
     the user's cache: its key names the servers), else any free port."""
@@ -137,10 +103,10 @@ def port_near(preferred: int) -> int:
 def servers() -> Iterator[list[str]]:
     model_file(QWEN_TARGET)
     ports = [port_near(50352), port_near(50353)]
-    procs = [start_server(port) for port in ports]
+    procs = [start_rpc_server(port) for port in ports]
     yield [f"127.0.0.1:{port}" for port in ports]
     for p in procs:
-        stop(p)
+        stop_process(p)
 
 
 def rpc_args(endpoints: list[str]) -> list[str]:
@@ -161,7 +127,7 @@ def test_server_refuses_a_taken_port() -> None:
 def test_server_warns_when_not_local() -> None:
     port = free_port()
     p = subprocess.Popen([*SPECLI, "rpc-server", "--host", "0.0.0.0", "--port", str(port)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_sigint)
     assert p.stderr is not None
     try:
         os.set_blocking(p.stderr.fileno(), False)
@@ -173,7 +139,7 @@ def test_server_warns_when_not_local() -> None:
         p.wait(30)
         err += p.stderr.read() or b""
     finally:
-        stop(p)
+        stop_process(p)
     text = " ".join(err.decode().split())
     assert "no authentication" in text and "SSH tunnel" in text, text
     assert p.returncode == 130
@@ -289,7 +255,7 @@ def _read_some(p: subprocess.Popen[bytes], n: int = 40, timeout: float = 60) -> 
 
 def _generate_over(endpoint: str, extra: list[str] = ()) -> subprocess.Popen[bytes]:  # type: ignore[assignment]
     return subprocess.Popen([*SPECLI, "generate", *STORY, *rpc_args([endpoint]), *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, preexec_fn=_default_sigint)
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
 
 
 def _ends_with_rpc_error(p: subprocess.Popen[bytes], first: bytes, bound: float) -> str:
@@ -307,7 +273,7 @@ def _ends_with_rpc_error(p: subprocess.Popen[bytes], first: bytes, bound: float)
 def test_server_killed_mid_generation_ends_cleanly() -> None:
     model_file(SMOL)
     port = free_port()
-    server = start_server(port)
+    server = start_rpc_server(port)
     try:
         p = _generate_over(f"127.0.0.1:{port}")
         first = _read_some(p)
@@ -315,13 +281,13 @@ def test_server_killed_mid_generation_ends_cleanly() -> None:
         server.kill()
         _ends_with_rpc_error(p, first, bound=30)
     finally:
-        stop(server)
+        stop_process(server)
 
 
 def test_silent_server_is_given_up_within_the_timeout() -> None:
     model_file(SMOL)
     port = free_port()
-    server = start_server(port)
+    server = start_rpc_server(port)
     try:
         with Relay(("127.0.0.1", port)) as relay:
             p = _generate_over(f"127.0.0.1:{relay.port}", ["--rpc-timeout", "5"])
@@ -331,7 +297,7 @@ def test_silent_server_is_given_up_within_the_timeout() -> None:
             err = _ends_with_rpc_error(p, first, bound=25)
             assert "no answer" in err and "5 s" in err
     finally:
-        stop(server)
+        stop_process(server)
 
 
 @pytest.mark.parametrize("n_servers", [1, 2])
@@ -341,16 +307,16 @@ def test_chat_survives_a_lost_server_and_reconnects(n_servers: int) -> None:
     so the lost connection's socket to it has to be shut)."""
     model_file(SMOL)
     ports = [free_port() for _ in range(n_servers)]
-    others = [start_server(port) for port in ports[1:]]
+    others = [start_rpc_server(port) for port in ports[1:]]
     port = ports[0]
-    server = start_server(port)
+    server = start_rpc_server(port)
     split = ["--tensor-split", "1,1"] if n_servers == 2 else []
     # --raw: the reply continues the text instead of ending its turn, so it is still
     # running when the server is killed
     p = subprocess.Popen([*SPECLI, "chat", "--target", SMOL, "--draft", "none", "--drafter", "none", "--ctx",
                           "4096", "-n", "3000", "--raw", *rpc_args([f"127.0.0.1:{pt}" for pt in ports]), *split],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         preexec_fn=_default_sigint, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                         preexec_fn=default_sigint, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert p.stdin is not None
     try:
         p.stdin.write(b"Once upon a time, in a land far away,\n")
@@ -359,13 +325,13 @@ def test_chat_survives_a_lost_server_and_reconnects(n_servers: int) -> None:
         server.kill()
         server.wait(10)
         time.sleep(3)
-        server = start_server(port)
+        server = start_rpc_server(port)
         p.stdin.write(b"/reset\n/set max_tokens 20\nThe capital of France is\n/exit\n")
         p.stdin.flush()
         out, err = p.communicate(timeout=TIMEOUT)
     finally:
         for proc in (server, *others):
-            stop(proc)
+            stop_process(proc)
         if p.poll() is None:
             p.kill()
     text = " ".join((first + out).decode().split())  # rich wraps lines at 80 columns

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from conftest import SMOL, model_file
-from serve_process import ServeProcess, http, running
 from typer.testing import CliRunner
+
+from benchmarks.processes import ServeProcess, http, running
 
 openai = pytest.importorskip("openai")
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from conftest import QWEN_DRAFT, model_file
-from serve_process import ServeProcess, http, running
+
+from benchmarks.processes import ServeProcess, http, running
 
 openai = pytest.importorskip("openai")
 

@@ -1,19 +1,19 @@
 """Scale check for the suffix history store: build a store of N tokens (default 10 M) from
 random data with repeats, then time building, saving, loading and lookups.
 
-    python scripts/history_scale.py [--tokens 10000000] [--lookups 1000]
+    python -m benchmarks.history_scale [--tokens 10000000] [--lookups 1000]
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.processes import rss_mib
 from specli.history import HistoryStore, SuffixIndex
 
 VOCAB = 151_936  # Qwen-sized vocabulary
@@ -65,24 +65,21 @@ def time_lookups(index: SuffixIndex, qs: dict[str, list[list[int]]], draft: int)
               f"median occurrences {np.median(occurrences) if occurrences else 0:.0f}")
 
 
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.history_scale", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=10_000_000)
     parser.add_argument("--lookups", type=int, default=1000)
     parser.add_argument("--draft", type=int, default=16, help="max_tokens per lookup")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     docs = documents(args.tokens, rng)
-    print(f"data: {sum(map(len, docs)):,} tokens in {len(docs):,} documents; peak RSS {rss_mib():.0f} MiB")
+    print(f"data: {sum(map(len, docs)):,} tokens in {len(docs):,} documents; peak RSS {rss_mib(peak=True):.0f} MiB")
 
     t = time.perf_counter()
     index = SuffixIndex(docs)
     print(f"build: {time.perf_counter() - t:.2f} s; index arrays {index.nbytes / 2**20:.0f} MiB; "
-          f"peak RSS {rss_mib():.0f} MiB")
+          f"peak RSS {rss_mib(peak=True):.0f} MiB")
 
     qs = queries(docs, args.lookups, rng)
     print(f"lookup ({args.lookups} of each kind, max_tokens={args.draft}):")
@@ -106,7 +103,7 @@ def main() -> None:
         loaded = HistoryStore.open("scale", Path(tmp), max_tokens=args.tokens)
         print(f"open (read, check, build): {time.perf_counter() - t:.2f} s, "
               f"{loaded.index.n_tokens:,} tokens; notes {loaded.notes}")
-    print(f"peak RSS {rss_mib():.0f} MiB")
+    print(f"peak RSS {rss_mib(peak=True):.0f} MiB")
 
 
 if __name__ == "__main__":

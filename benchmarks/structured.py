@@ -4,7 +4,7 @@ forced tokens, plain decoding with and without the schema) against llama.cpp's
 same model, threads and context, greedy, one run, requests interleaved (request i goes
 to every system and mode in turn, so the machine's drift hits all alike).
 
-    python scripts/bench_structured.py --profile default --json structured.json --markdown structured.md
+    python -m benchmarks.structured --profile default --json structured.json --markdown structured.md
 
 The schema is a coding agent's tool call with nested objects (a file, a list of edits,
 each with a line, an action and text), 128-256 tokens an answer. Every answer is checked
@@ -22,14 +22,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
-
-from bench_serve import LlamaServer, result, stream_chat  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
-
-from specli import profiles, registry  # noqa: E402
-from specli.bench.peers import binaries_dir  # noqa: E402
+from benchmarks.processes import ServeProcess
+from benchmarks.serve import LlamaServer, result, stream_chat
+from specli import profiles, registry
+from specli.bench.peers import binaries_dir
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -108,9 +104,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     systems: dict[str, Any] = {}
     history = tempfile.mkdtemp(prefix="specli-bench-structured-history-")
     rows: list[dict[str, Any]] = []
+    specli = ServeProcess(["--profile", args.profile, "--threads", str(args.threads), "--ctx", str(args.ctx),
+                           "--queue", "1", "--no-history"], env={"SPECLI_HISTORY_DIR": history})
     try:
-        specli = ServeProcess(["--profile", args.profile, "--threads", str(args.threads), "--ctx", str(args.ctx),
-                               "--queue", "1", "--no-history"], env={"SPECLI_HISTORY_DIR": history})
         for t in [t for t in args.spec_types.split(",") if t]:
             systems[f"llama-server {t}"] = LlamaServer(binaries_dir(args.llama_version), t, target, draft,
                                                        args.threads, args.ctx)
@@ -171,7 +167,8 @@ def markdown(table: list[dict[str, Any]], title: str) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.structured", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", default="default")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx", type=int, default=4096)

@@ -3,22 +3,18 @@ requests (flat = nothing leaks per request). The requests mix streamed and whole
 answers, varied prompts (so the KV cache is rolled back and refilled), streams the
 client drops after a few chunks, and bad requests.
 
-    python scripts/serve_memory.py                       # SmolLM2-135M, 200 requests
-    python scripts/serve_memory.py --target qwen2.5-coder-1.5b-instruct-q4_k_m --draft qwen2.5-coder-0.5b-instruct-q4_k_m
+    python -m benchmarks.serve_memory                    # SmolLM2-135M, 200 requests
+    python -m benchmarks.serve_memory --target qwen2.5-coder-1.5b-instruct-q4_k_m --draft qwen2.5-coder-0.5b-instruct-q4_k_m
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from http.client import HTTPConnection
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from serve_process import ServeProcess, http  # noqa: E402
+from benchmarks.processes import ServeProcess, http
 
 TOPICS = ["rivers", "prime numbers", "bicycles", "volcanoes", "tea", "the moon", "sorting", "owls"]
 
@@ -45,7 +41,7 @@ def one(srv: ServeProcess, i: int, max_tokens: int) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serve_memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="smollm2-135m-instruct-q4_1")
     p.add_argument("--draft", default="none")
     p.add_argument("--requests", type=int, default=200)
@@ -65,8 +61,9 @@ def main() -> int:
     finally:
         srv.stop()
     print(f"after    0 requests: RSS {marks[0]:7.1f} MiB")
-    growth = marks[max(marks)] - marks[min(k for k in marks if k >= 50)]
-    print(f"growth from request 50 to {max(marks)}: {growth:+.1f} MiB")
+    start = min((k for k in marks if k >= 50), default=0)  # after the first 50: warm caches and pools
+    growth = marks[max(marks)] - marks[start]
+    print(f"growth from request {start} to {max(marks)}: {growth:+.1f} MiB")
     return 0
 
 

@@ -6,8 +6,8 @@ llama.cpp's decode calls, from the engine's own counters), and once under cProfi
 the five functions with the most own time per forward (llama.cpp's decode calls taken
 out; the profiler's own cost inflates these, so read them as a ranking).
 
-    python scripts/profile_step.py --drafter none
-    python scripts/profile_step.py --target smollm2-135m-instruct-q4_1 --draft none --drafter ngram --suite edit
+    python -m benchmarks.profile_step --drafter none
+    python -m benchmarks.profile_step --target smollm2-135m-instruct-q4_1 --draft none --drafter ngram --suite edit
 """
 
 from __future__ import annotations
@@ -19,15 +19,10 @@ import pstats
 import sys
 import tempfile
 
-os.environ.setdefault("SPECLI_HISTORY_DIR", tempfile.mkdtemp(prefix="specli-profile-"))  # never the user's store
-
-from specli import profiles  # noqa: E402
-from specli.bench.suites import suite  # noqa: E402
-from specli.engine import (
-    metrics,  # noqa: E402
-    run,  # noqa: E402
-)
-from specli.runtime import open_runtime  # noqa: E402
+from specli import profiles
+from specli.bench.suites import suite
+from specli.engine import metrics, run
+from specli.runtime import open_runtime
 
 # llama.cpp's own work (the decode calls and what waits on them), not specli's
 LLAMA_CALLS = ("llama_decode", "llama_synchronize", "llama_get_logits_ith")
@@ -35,7 +30,7 @@ DECODE_CALLER = "_decode_chunk"  # backend/model.py: calls llama_decode through 
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.profile_step", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="default")
     p.add_argument("--target")
     p.add_argument("--draft")
@@ -46,6 +41,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=5)
     args = p.parse_args()
+    os.environ.setdefault("SPECLI_HISTORY_DIR", tempfile.mkdtemp(prefix="specli-profile-"))  # never the user's store
     given = {k: v for k, v in (("target", args.target), ("draft", args.draft)) if v is not None}
     s = profiles.resolve_settings(args.profile, {**given, "drafter": args.drafter, "max_tokens": args.max_tokens,
                                                  "threads": args.threads, "history": False})

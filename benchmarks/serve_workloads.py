@@ -1,4 +1,4 @@
-"""The workloads scripts/bench_serve.py replays over HTTP (written for this project):
+"""The workloads benchmarks.serve replays over HTTP (written for this project):
 
 - `edit`: an agentic edit session. One 100-200-line file, ten requests; each asks for one
   change and carries the previous answer, and the answer is the whole file again (the

@@ -2,8 +2,8 @@
 by scripts/build-llama-cpp.sh from the source the pinned llama-cpp-python vendors), same
 model, threads and context, greedy, one run:
 
-    python scripts/bench_serve.py --profile default --json serve.json --markdown serve.md
-    python scripts/bench_serve.py --profile f16 --spec-types ngram-simple,ngram-mod,ngram-cache,draft-simple
+    python -m benchmarks.serve --profile default --json serve.json --markdown serve.md
+    python -m benchmarks.serve --profile f16 --spec-types ngram-simple,ngram-mod,ngram-cache,draft-simple
 
 Every server runs at once (idle but one: the models' pages are shared through mmap) and the
 requests are interleaved, request i going to each system in turn, so that the machine's
@@ -29,15 +29,12 @@ from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+from benchmarks import serve_workloads as wl
+from benchmarks.processes import ServeProcess, free_port, http
+from specli import profiles, registry
+from specli.bench.peers import binaries_dir
 
-import serve_workloads as wl  # noqa: E402
-from serve_process import ServeProcess, free_port, http  # noqa: E402
-
-from specli import profiles, registry  # noqa: E402
-from specli.bench.peers import binaries_dir  # noqa: E402
-
+ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC_TYPES = "ngram-simple,ngram-mod,ngram-cache,draft-simple"
 
 
@@ -251,7 +248,7 @@ def markdown(rows: list[dict], results: list[Result], title: str) -> str:
 def main() -> int:
     import importlib.metadata
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serve", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="default", help="specli profile (its target and draft are llama-server's too)")
     p.add_argument("--workloads", default="edit,fresh")
     p.add_argument("--spec-types", default=DEFAULT_SPEC_TYPES, help="llama-server --spec-type values; none = plain")
@@ -263,7 +260,7 @@ def main() -> int:
     p.add_argument("--fresh-max-tokens", type=int, default=256)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--ctx", type=int, default=8192)
-    p.add_argument("--bench", default=str(HERE.parent.parent / "shared" / "bench" / "spec_bench_question.jsonl"))
+    p.add_argument("--bench", default=str(ROOT.parent / "shared" / "bench" / "spec_bench_question.jsonl"))
     p.add_argument("--llama-version", default=importlib.metadata.version("llama_cpp_python"))
     p.add_argument("--json", help="write every request and the summary")
     p.add_argument("--markdown", help="write the tables")

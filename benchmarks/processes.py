@@ -1,5 +1,7 @@
-"""A `specli serve` process on 127.0.0.1 for tests and scripts: started on a free port,
-its stderr collected, ready once /health answers 200."""
+"""Server processes for the tests and the benchmarks: a `specli serve` on 127.0.0.1
+(started on a free port, its stderr collected, ready once /health answers 200), a
+`specli rpc-server` (ready once it answers HELLO), one HTTP request, and a process's
+resident memory."""
 
 from __future__ import annotations
 
@@ -22,6 +24,53 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def start_rpc_server(port: int) -> subprocess.Popen[bytes]:
+    """`specli rpc-server` on 127.0.0.1:port, answering HELLO before this returns."""
+    from specli.backend.rpc import probe
+    from specli.endpoints import Endpoint
+
+    p = subprocess.Popen([sys.executable, "-m", "specli.cli", "rpc-server", "--port", str(port), "--threads", "2"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_sigint)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 30:
+        if p.poll() is not None:
+            raise AssertionError(f"rpc-server exited {p.returncode}: {p.stderr.read().decode()}")  # type: ignore[union-attr]
+        try:
+            probe(Endpoint("127.0.0.1", port), timeout=2)
+            return p
+        except Exception:
+            time.sleep(0.2)
+    p.kill()
+    raise AssertionError("rpc-server did not answer in 30 s")
+
+
+def stop_process(p: subprocess.Popen[bytes]) -> None:
+    if p.poll() is None:
+        p.kill()
+    p.wait(10)
+
+
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def proc_status(pid: int | str, key: str) -> int | None:
+    """Field `key` (e.g. "VmRSS") of /proc/PID/status as a number (kB for sizes); None
+    where there is none (not Linux, a process gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith(key + ":")), None)
+    except OSError:
+        return None
+
+
+def rss_mib(pid: int | str = "self", peak: bool = False) -> float:
+    """Resident set size of process `pid` (default: this one) in MiB; `peak`: the largest
+    it has been. NaN where /proc cannot tell."""
+    kb = proc_status(pid, "VmHWM" if peak else "VmRSS")
+    return float("nan") if kb is None else kb / 1024
 
 
 def http(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None,
@@ -102,9 +151,7 @@ class ServeProcess:
 
     def threads(self) -> int:
         """The process's thread count (Linux)."""
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+        return proc_status(self.proc.pid, "Threads") or 0
 
     def rss_mib(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        return rss_mib(self.proc.pid)

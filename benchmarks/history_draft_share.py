@@ -1,39 +1,35 @@
 """Drafting's share of decode wall time in real `auto` generations with a full history
 store (issue #14: under 2 % with 10 M tokens). Fills a temporary store for the default
-target's vocabulary with N tokens (as scripts/history_scale.py makes them), opens it the
+target's vocabulary with N tokens (as benchmarks.history_scale makes them), opens it the
 way a run does, then generates the built-in code prompts with the default profile.
 
-    python scripts/history_draft_share.py [--tokens 10000000] [--max-tokens 192]
+    python -m benchmarks.history_draft_share [--tokens 10000000] [--max-tokens 192]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-os.environ["SPECLI_HISTORY_DIR"] = tempfile.mkdtemp(prefix="specli-history-")  # never the user's store
-
-from history_scale import documents  # noqa: E402
-
-from specli import engine  # noqa: E402
-from specli.bench.suites import suite  # noqa: E402
-from specli.history import HistoryStore, write_store  # noqa: E402
-from specli.profiles.resolve import resolve_settings  # noqa: E402
-from specli.runtime import open_runtime  # noqa: E402
+from benchmarks.history_scale import documents
+from specli import engine
+from specli.bench.suites import suite
+from specli.history import HistoryStore, write_store
+from specli.profiles.resolve import resolve_settings
+from specli.runtime import open_runtime
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.history_draft_share", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=10_000_000)
     ap.add_argument("--max-tokens", type=int, default=192)
     args = ap.parse_args()
+    os.environ["SPECLI_HISTORY_DIR"] = tempfile.mkdtemp(prefix="specli-history-")  # never the user's store
     s = resolve_settings(None, {"max_tokens": args.max_tokens, "history_max_tokens": args.tokens})
     rt = open_runtime(s)
     try:

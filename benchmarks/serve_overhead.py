@@ -8,31 +8,25 @@ prompts and the same KV-cache states.
 - time to first token: the client's, against the server engine's own (its `specli`
   object): the difference is what HTTP, JSON, tokenizing and the queue add (goal < 20 ms).
 
-    python scripts/serve_overhead.py --profile default --suites code,edit --max-tokens 192
+    python -m benchmarks.serve_overhead --profile default --suites code,edit --max-tokens 192
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
-
-from bench_serve import stream_chat  # noqa: E402
-from serve_process import ServeProcess  # noqa: E402
-
-from specli import profiles  # noqa: E402
-from specli.bench.suites import suite  # noqa: E402
-from specli.engine import metrics, run  # noqa: E402
-from specli.runtime import open_runtime  # noqa: E402
+from benchmarks.processes import ServeProcess
+from benchmarks.serve import stream_chat
+from specli import profiles
+from specli.bench.suites import suite
+from specli.engine import metrics, run
+from specli.runtime import open_runtime
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serve_overhead", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="default")
     p.add_argument("--drafters", default="none,auto")
     p.add_argument("--suites", default="code,edit")

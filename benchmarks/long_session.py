@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Long-session measurement: does memory or speed drift over many turns / generations?
 
 Loads a target + draft pair (both SmolLM2-135M by default) through specli.runtime, then
@@ -8,8 +7,8 @@ tokens/s (wall clock, and per CPU second of this process, which a busy machine
 disturbs less) every --every turns/generations. Prints a table and writes JSON to --out.
 Not a test: it asserts nothing, it measures.
 
-Usage: scripts/long_session.py [--turns 200] [--generations 500] [--model NAME]
-                               [--max-tokens 16] [--ctx 8192] [--threads N] [--out long_session.json]
+Usage: python -m benchmarks.long_session [--turns 200] [--generations 500] [--model NAME]
+           [--max-tokens 16] [--ctx 8192] [--threads N] [--out long_session.json]
 
 The JSON is rewritten after every row, so an interrupted run keeps what it measured.
 """
@@ -27,17 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-
-def rss_mb() -> float:
-    """Resident set size of this process in MiB (VmRSS from /proc/self/status)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
+from benchmarks.processes import rss_mib
 
 CHAT_LINES = [
     "Hi! How are you today?",
@@ -101,7 +90,7 @@ class Window:
         return {
             "kind": kind,
             "n": index,
-            "rss_mb": round(rss_mb(), 1),
+            "rss_mb": round(rss_mib(), 1),
             "py_objects": len(gc.get_objects()),
             "tokens": self.generated,
             "tok_s": round(self.generated / self.seconds, 2) if self.seconds > 0 else 0.0,
@@ -177,8 +166,9 @@ def _drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "py_objects_growth": last["py_objects"] - first["py_objects"]}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.long_session", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--generations", type=int, default=500)
     ap.add_argument("--model", default="smollm2-135m-instruct-q4_1", help="target and draft model")
@@ -190,9 +180,27 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's choice)")
     ap.add_argument("--every", type=int, default=50, help="record a row every N turns / generations")
     ap.add_argument("--out", type=Path, default=Path("long_session.json"))
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    figures: dict[str, Any] = {"rss_start_mb": round(rss_mb(), 1)}
+
+def _print_summary(report: dict[str, Any], out: Path) -> None:
+    figures = report["figures"]
+    print()
+    print(f"{'':>8} {'n':>5}  {'RSS MiB':>8}  {'tok/s':>7}  {'decode':>7}")
+    for key in ("rss_start_mb", "rss_models_loaded_mb"):
+        print(f"{key:>22}: {figures[key]:.1f} MiB")
+    for row in report["chat"] + report["generations"]:
+        print(f"{row['kind']:>8} {row['n']:>5}  {row['rss_mb']:>8.1f}  {row['tok_s']:>7.1f}  {row['decode_tok_s']:>7.1f}")
+    print(f"{'rss_before_close_mb':>22}: {figures['rss_before_close_mb']:.1f} MiB")
+    print(f"{'rss_end_mb':>22}: {figures['rss_end_mb']:.1f} MiB (models freed)")
+    print(f"chat drift: {report['chat_drift']}")
+    print(f"generation drift: {report['generation_drift']}")
+    print(f"wrote {out}")
+
+
+def main() -> int:
+    args = _args()
+    figures: dict[str, Any] = {"rss_start_mb": round(rss_mib(), 1)}
     from specli import profiles
     from specli.runtime import open_runtime
 
@@ -201,11 +209,11 @@ def main() -> int:
         "ctx": args.ctx, "temperature": args.temperature, "seed": 1234, "threads": args.threads,
     }
     settings = profiles.resolve_settings(None, overrides)
-    figures["rss_after_imports_mb"] = round(rss_mb(), 1)
+    figures["rss_after_imports_mb"] = round(rss_mib(), 1)
     t_load = time.perf_counter()
     rt = open_runtime(settings)
     figures["load_s"] = round(time.perf_counter() - t_load, 2)
-    figures["rss_models_loaded_mb"] = round(rss_mb(), 1)
+    figures["rss_models_loaded_mb"] = round(rss_mib(), 1)
     print(f"start {figures['rss_start_mb']} MiB, after imports {figures['rss_after_imports_mb']} MiB, "
           f"models loaded {figures['rss_models_loaded_mb']} MiB ({figures['load_s']} s)", flush=True)
 
@@ -233,28 +241,17 @@ def main() -> int:
     try:
         if args.turns > 0:
             run_chat(rt, args.turns, args.every, on_row)
-        figures["rss_after_chat_mb"] = round(rss_mb(), 1)
+        figures["rss_after_chat_mb"] = round(rss_mib(), 1)
         if args.generations > 0:
             run_generations(rt, args.generations, args.every, on_row)
-        figures["rss_before_close_mb"] = round(rss_mb(), 1)
+        figures["rss_before_close_mb"] = round(rss_mib(), 1)
     finally:
         rt.close()
-        figures["rss_end_mb"] = round(rss_mb(), 1)
+        figures["rss_end_mb"] = round(rss_mib(), 1)
         save()
     report["complete"] = True
     save()
-
-    print()
-    print(f"{'':>8} {'n':>5}  {'RSS MiB':>8}  {'tok/s':>7}  {'decode':>7}")
-    for key in ("rss_start_mb", "rss_models_loaded_mb"):
-        print(f"{key:>22}: {figures[key]:.1f} MiB")
-    for row in chat + gens:
-        print(f"{row['kind']:>8} {row['n']:>5}  {row['rss_mb']:>8.1f}  {row['tok_s']:>7.1f}  {row['decode_tok_s']:>7.1f}")
-    print(f"{'rss_before_close_mb':>22}: {figures['rss_before_close_mb']:.1f} MiB")
-    print(f"{'rss_end_mb':>22}: {figures['rss_end_mb']:.1f} MiB (models freed)")
-    print(f"chat drift: {report['chat_drift']}")
-    print(f"generation drift: {report['generation_drift']}")
-    print(f"wrote {args.out}")
+    _print_summary(report, args.out)
     return 0
 
 
