@@ -16,10 +16,8 @@ from specli.engine.prefill import common_prefix_len
 from specli.engine.sampling import probs_from_logits, sample
 from specli.types import Draft, Drafter, LanguageModel, SamplingParams
 
-# Logits more than this below the top add under 2e-9 each to the softmax's sum (under 3e-4
-# over Qwen2.5's 151,936 tokens, against a sum of at least 1): left out, the draft model's
-# stop test reads the row once instead of taking an exp of every logit (0.29 ms a draft
-# token on this CPU, most of auto's host work with a draft model).
+# Logits more than this below the top add under 2e-9 each to the softmax's sum: left out,
+# the draft model's stop test reads the row once instead of taking an exp of every logit.
 NEGLIGIBLE_LOGIT = 20.0
 RECHECK = 80  # cached tokens compared with the history after a verification: more than a draft
 

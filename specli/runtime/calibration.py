@@ -37,8 +37,7 @@ EXACT_SIZES_MAX = 16  # bit-exactness is compared on batches up to this size...
 PROBE_ROWS = 16  # ...against this many one-token rows
 TIMED_PASSES = 2
 # Past 512 cached tokens one row over an F16 cache takes llama.cpp's split-KV attention and
-# a batch does not: SmolLM2 was bit-exact at the probe's 128 tokens (noise 0, so a bound of
-# 0) and its edits then left plain decoding at gaps of 0.05 and 0.12, reported as mismatches.
+# a batch does not: the noise is measured there too.
 NOISE_CONTEXT = 640
 NOISE_ROWS = 4
 OUTLIER = 1.5
@@ -96,9 +95,7 @@ def _time_batch(model: LanguageModel, base: int, tokens: Sequence[int]) -> tuple
 def prefill_logit_diff(target: LanguageModel, context: Sequence[int]) -> float:
     """Largest |logit| difference between `context` decoded in one batch and one token at
     a time: how far an engine that splits prefill and verification into other batches
-    than specli does (llama-cpp-python's own generator) may move a logit. On SmolLM2 with
-    an AVX-512 build batches of up to 33 rows were bit-exact but a 128-token one moved
-    logits by 1.2, and llama-cpp-python's output left specli's at a 0.14 gap."""
+    than specli does (llama-cpp-python's own generator) may move a logit."""
     return _batch_diff(target, 0, context)
 
 

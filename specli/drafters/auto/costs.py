@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DRIFT = 1.5  # observed / predicted cost beyond this factor (either way) is drift, not noise
-# steps between the plain steps a controller that keeps drafting takes to measure t1 again:
-# without them a t1 stored from a busy machine (seen: 1.34 s for a 54 ms step, with every
-# batch priced at one step) is never corrected, and auto drafts 47-token draft-model runs
-# at 0.75x. Doubles while t1 holds, up to the cap; back to the start when it does not.
+# steps between the plain steps that measure t1 again while auto keeps drafting (else a
+# wrong t1 is never corrected); doubles while t1 holds, up to the cap
 PLAIN_EVERY = (32, 256)
 SEEN_MIN, SEEN_KEEP = 3, 5  # a batch size verified this often is priced by the median of its last costs
 
@@ -127,9 +125,8 @@ class CostModel:
         corrected by what batches verified lately cost (the median of each size's last
         costs, SEEN_MIN of them at least; between sizes seen the correction is
         interpolated, beyond them it stays flat), or at the current level where no size
-        has been seen enough. The table's shape drifts with the context: at 2,500 cached
-        tokens a 17-token batch cost 10 plain steps where the table (taken at 128) said
-        7.5, a 65-token one 25.7, not 21."""
+        has been seen enough. The table's shape drifts with the context, so what batches
+        cost now outweighs what the calibration measured."""
         if n <= 1:
             return 1.0
         table = interpolate(self.sizes, self.ratios, n)
@@ -153,8 +150,7 @@ class CostModel:
             self._fix_values.insert(i, fix)
 
     def batch_ratios(self, n_max: int) -> np.ndarray:
-        """batch_ratio(n) for n = 1..n_max at once (the controller prices every k each
-        step: one interpolation per size cost 129 Python calls a forward)."""
+        """batch_ratio(n) for n = 1..n_max at once (auto prices every k each step)."""
         ns = np.arange(1, n_max + 1, dtype=np.float64)
         sizes = np.asarray(self.sizes, dtype=np.float64)
         table = np.interp(ns, sizes, self.ratios)

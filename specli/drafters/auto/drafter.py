@@ -20,23 +20,13 @@ FIRST_PROBE = 8  # steps before the first probe of a drafter not chosen
 OPTIMISTIC_ACCEPTANCE = 0.95
 PAYBACK_TOKENS = 128  # a draft model's catch-up must pay for itself within this many tokens
 MAX_INTERVAL_FACTOR = 8  # failing probes back off to at most explore_every * this, never stop
-# An index lookup drafts at most twice as far as its text has gone on matching lately (its
-# drafted tokens accepted since its last rejection; at least FIRST_TRUST), or as far as
-# drafts of its match kind have been tried before: acceptance seen on short drafts says
-# little about position 40. Without a cap, four fully accepted 2-6 token drafts priced a
-# 64-token draft at 1.65 tokens per step; it kept 3 (a near-tie went the other way) and
-# cost 30 plain steps. Capped by the last draft's size instead, k stuck at 6 on an edit
-# that 64-token drafts copied at 1.94x (1.28x). Capped by the run alone, every change in
-# an edit session restarted at 5 -> 15 -> 52 tokens where 64 had been right all along.
+# A lookup drafts at most twice as far as its text has matched lately, or as far as drafts
+# of its match kind have been tried: acceptance seen on short drafts says little of position 40.
 FIRST_TRUST = 8
-# A lookup's acceptance is learned from its shadows (below) without drafting, so a probe is
-# only a test of what drafting costs: taken where the match at hand is likely to hold. On
-# fresh coding answers the probes were most of what auto drafted, at 0.3-0.4 acceptance.
+# Lookups learn acceptance from shadows without drafting, so a probe only tests the cost:
+# taken where the match at hand is likely to hold.
 PROBE_MIN_RATE = 0.7
-# Carried from one generation to the next at half weight: carried in full, fresh coding
-# questions after ten edits drafted 205 tokens at 0.64 acceptance where a fresh auto
-# drafted 116 at 0.91; not carried, the edits took 30 forwards where 23 did.
-LEARNED_FADE = 0.5
+LEARNED_FADE = 0.5  # weight of what earlier generations learned: new text is followed sooner
 Match = tuple[int, bool]  # a lookup's match length, and whether every earlier occurrence agreed
 
 
@@ -44,9 +34,7 @@ Match = tuple[int, bool]  # a lookup's match length, and whether every earlier o
 class Learned:
     """What auto has learned of acceptance: per drafter, and per lookup match. A runtime
     that generates again and again (a server, a chat) hands the same one to each new
-    auto, so that its tenth request starts from what the first nine showed: a fresh one
-    took 45-58 plain steps of an edit that copied its previous answer before it trusted
-    the n-gram lookup (Q4_K_M, 2.5k-token chat)."""
+    auto, so that its tenth request starts from what the first nine showed."""
 
     acceptance: dict[str, AcceptanceStats] = field(default_factory=lambda: {
         "draft": AcceptanceStats(prior=0.7), "ngram": AcceptanceStats(prior=0.5),
@@ -150,8 +138,7 @@ class AutoDrafter(Drafter):
         if choice.drafter != "none" and not self.ledger.affords(choice.speed * self.costs.step):
             choice = Choice("none", 0, 0.0)  # drafting has lost lately: only a clear win now
         # a failed one-token probe costs what a 2-token batch costs over a plain step: at most
-        # one step (two tokens could be decoded one by one), whatever a poisoned table says;
-        # priced by a table inflated 4x, no probe was ever affordable and the table never healed
+        # one step (two tokens could be decoded one by one), whatever a poisoned table says
         probe_loss = min(self.costs.batch_ratio(2), 2.0) - 1
         for name, n in available.items():
             if (n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]
@@ -211,12 +198,9 @@ class AutoDrafter(Drafter):
         """Could `name`, once in step with the text and at the acceptance a good stretch
         of text gives, save more over the next PAYBACK_TOKENS tokens than it costs to get
         in step? A draft-model probe first decodes every token its cache lacks (the whole
-        prompt the first time): a cost paid once. Pricing that backlog into one step kept
-        the draft model out for good where it pays (F16 code: 1.02x, llama.cpp's k=5
-        1.37x); ignoring it let probes that could not pay back cost 10 % (Q4_K_M --exact
-        edits: 0.89x). An n-gram probe costs one verify row, so n-gram probes need no such
-        hope, and the batch costs they observe keep this judgement honest when the cost
-        table is not."""
+        prompt the first time): a cost paid once, so it is weighed against what the draft
+        model could save over a stretch of text, not priced into one step. An n-gram probe
+        costs one verify row and needs no such hope."""
         hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
         speed = choose(self.costs, hopeful, {name: n}, pending=1).speed
         if speed <= choice.speed or choice.speed <= 0:
@@ -280,9 +264,8 @@ class AutoDrafter(Drafter):
         """A lookup offered but not drafted is checked against the tokens the step emitted:
         free evidence for its match's acceptance (greedy: whether the target chose its
         tokens; sampling: P(the target's draw equals a one-hot draft) is what rejection
-        sampling would have accepted with). Without it a match kind never drafted kept its
-        prior: after each change an edit copying its last answer took 10-15 plain steps
-        whose 3-11-token matches were all right before a 12-token match was trusted."""
+        sampling would have accepted with). Without it a match kind never drafted would
+        keep its prior."""
         for name, tokens, match in self._shadow:
             n = min(len(tokens), len(emitted))
             hit = next((i for i in range(n) if tokens[i] != emitted[i]), n)

@@ -107,23 +107,18 @@ class AcceptanceStats:
         return out
 
 
-# The ledger (below): what drafting may lose before it must show gains. Measured on the
-# Spec-Bench coding questions that do not repeat (Q4_K_M): auto drafted 203 tokens at
-# 0.51 acceptance where a 2-token batch costs 1.6 plain steps, 0.977x plain decoding.
 LEDGER_START = 1.0  # plain steps a generation may lose before its first gain
 LEDGER_ALLOWANCE = 0.01  # earned per plain step: exploring costs at most 1 % where nothing pays
 LEDGER_CAP = 16.0  # gains kept: a good stretch does not pay for a long bad one
-# In debt a draft must promise this much over plain decoding, more per step owed: on fresh
-# math answers drafts priced at 1.04-1.26x held 0-2 of 3 tokens and lost up to 1.9 steps each.
-LOSING_MARGIN = 0.25
+LOSING_MARGIN = 0.25  # in debt a draft must promise this much over plain decoding, more per step owed
 
 
 @dataclass
 class Ledger:
     """Plain steps gained by drafting, as measured: each verified draft adds the tokens it
     emitted less what it cost in plain steps (a plain step: 1 - 1 = 0, plus a small
-    allowance). Prices are estimates and can be wrong where text does not repeat (shadow
-    rates of 0.8-0.96 on fresh answers that held 0.7); the ledger is what they really won."""
+    allowance). Prices are estimates and can be wrong where text does not repeat; the
+    ledger is what they really won."""
 
     balance: float = LEDGER_START
 
@@ -136,15 +131,11 @@ class Ledger:
 
     def affords(self, speedup: float) -> bool:
         """Whether a draft priced at `speedup` x plain decoding may be tried: any gain while
-        drafting has not lost; in debt, only by a margin that grows with the debt. (A
-        margin out of debt too, until drafting had won 4 steps, cost edits 7 %: 1.53x
-        where they decoded at 1.64x, their first long matches priced at 1.2-1.3x.)"""
+        drafting has not lost; in debt, only by a margin that grows with the debt."""
         return self.balance >= 0 or speedup >= 1 + LOSING_MARGIN * (1 - self.balance)
 
     def forgive(self) -> None:
-        """The prices were corrected: debts run up under the old ones say nothing of the new
-        (drafting on a table deflated 4x ran up a debt that then kept auto at plain decoding
-        after the table had healed)."""
+        """The prices were corrected: debts run up under the old ones say nothing of the new."""
         self.balance = max(self.balance, 0.0)
 
     def can_lose(self, steps: float) -> bool:
