@@ -1,0 +1,119 @@
+"""The plan of the house, checked on the source: imports go one way, no module imports
+itself back, only the backend touches llama.cpp, and modules and functions stay small."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "specli"
+# package -> packages it must never import (at module level or inside a function)
+FORBIDDEN = {
+    "engine": {"drafters", "runtime", "cli", "bench", "serve", "backend", "history", "registry", "profiles"},
+    "drafters": {"runtime", "cli", "bench", "serve", "backend", "registry", "profiles"},
+    "history": {"engine", "drafters", "runtime", "cli", "bench", "serve", "backend"},
+    "runtime": {"cli", "bench", "serve"},
+    "backend": {"engine", "drafters", "runtime", "cli", "bench", "serve"},
+    "bench": {"cli", "serve"},
+    "serve": {"cli", "bench"},
+}
+
+
+def _modules() -> Iterator[tuple[str, Path, ast.Module]]:
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        yield name, path, ast.parse(path.read_text())
+
+
+def _imports(tree: ast.AST, top_level_only: bool, modules: frozenset[str] = frozenset()) -> Iterator[str]:
+    """Modules imported at run time (not under TYPE_CHECKING), by name (`from a import b`:
+    a.b where that is one of `modules`, else a); with `top_level_only`, those imported
+    when the module is, not in its functions."""
+    for node in _walk(tree, top_level_only):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                yield sub if sub in modules else node.module
+
+
+def _walk(node: ast.AST, top_level_only: bool) -> Iterator[ast.AST]:
+    for child in ast.iter_child_nodes(node):
+        if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            continue  # for the type checker only: nothing imported at run time
+        yield child
+        yield from _walk(child, top_level_only)
+
+
+def test_no_import_circle() -> None:
+    modules = {name: tree for name, _, tree in _modules()}
+    names = frozenset(modules)
+    graph = {name: {m for m in _imports(tree, False, names) if m in names and m != name}
+             for name, tree in modules.items()}
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            circle = path[path.index(node):] + [node]
+            # a package importing its own submodules is how packages work, not a circle
+            if not all(b.startswith(a + ".") for a, b in zip(circle, circle[1:])):
+                pytest.fail("import circle: " + " -> ".join(circle))
+            return
+        if node in done:
+            return
+        for nxt in graph[node]:
+            visit(nxt, [*path, node])
+        done.add(node)
+
+    for name in graph:
+        visit(name, [])
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_imports_go_one_way(package: str) -> None:
+    for name, path, tree in _modules():
+        if not name.startswith(f"specli.{package}"):
+            continue
+        for module in _imports(tree, False):
+            parts = module.split(".")
+            assert not (parts[0] == "specli" and len(parts) > 1 and parts[1] in FORBIDDEN[package]), (
+                f"{path.relative_to(ROOT.parent)} imports {module}")
+
+
+def test_only_the_backend_imports_llama_cpp() -> None:
+    for name, path, tree in _modules():
+        if not name.startswith("specli.backend"):
+            assert not any(m.split(".")[0] == "llama_cpp" for m in _imports(tree, False)), path
+
+
+def test_the_engine_never_prints_nor_looks_up_drafter_hooks() -> None:
+    for name, path, tree in _modules():
+        if not name.startswith("specli.engine"):
+            continue
+        for call in ast.walk(tree):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+                assert call.func.id != "print", path
+                if call.func.id in ("getattr", "hasattr") and call.args:
+                    assert "drafter" not in ast.unparse(call.args[0]), f"{path}: {ast.unparse(call)}"
+
+
+def test_the_top_level_holds_few_modules() -> None:
+    top = [p.name for p in ROOT.glob("*.py")]
+    assert len(top) <= 8, top
+
+
+def test_modules_and_functions_stay_small() -> None:
+    for _, path, tree in _modules():
+        n_lines = len(path.read_text().splitlines())
+        assert n_lines <= 450, f"{path.relative_to(ROOT.parent)} has {n_lines} lines"
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                assert length <= 80, f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name} has {length} lines"
