@@ -32,12 +32,8 @@ class StepClock:
         d = self._drafter
         return (d.decode_seconds, d.control_seconds) if d is not None else (0.0, 0.0)
 
-    def _lap(self) -> float:
-        """Seconds since the last mark; the mark moves to now."""
-        now = _now()
-        seconds, self._mark = now - self._mark, now
-        return seconds
-
+    # Each phase's seconds run from the last mark to now, and the mark moves to now
+    # (written out in each method: this runs several times a step).
     def prefilled(self) -> None:
         self._mark = _now()
         self.counters.t_prefill = self._mark - self._start
@@ -49,37 +45,50 @@ class StepClock:
         self.counters.t_outside += self._mark - (self._start + self.counters.t_total)
 
     def drafting(self) -> None:
-        self.counters.t_loop += self._lap()
-        # the drafter's decode calls and controller time, drafting and learning
-        self._draft_llama0, self._control0 = self._drafter_seconds()
+        now = _now()
+        self.counters.t_loop += now - self._mark
+        self._mark = now
+        if self._drafter is not None:  # its decode calls and controller time, drafting and learning
+            self._draft_llama0, self._control0 = self._drafter.decode_seconds, self._drafter.control_seconds
 
     def drafted(self) -> None:
-        self.counters.t_draft += self._lap()
+        now = _now()
+        self.counters.t_draft += now - self._mark
+        self._mark = now
         self._verify0 = self._target.decode_seconds
 
     def verified(self) -> float:
         """The verify batch, its rollback and the grammar's settling are done: their seconds."""
-        seconds = self._lap()
+        now = _now()
+        seconds, self._mark = now - self._mark, now
         self.counters.t_verify += seconds
         self.counters.t_llama_verify += self._target.decode_seconds - self._verify0
         return seconds
 
     def learning(self) -> None:
-        self.counters.t_loop += self._lap()
+        now = _now()
+        self.counters.t_loop += now - self._mark
+        self._mark = now
 
     def learned(self) -> None:
-        self.counters.t_accept += self._lap()
+        now = _now()
+        self.counters.t_accept += now - self._mark
+        self._mark = now
 
     def stamp(self, n_emitted: int) -> Counters:
         """A step emitted `n_emitted` tokens: a snapshot of the counters after it."""
         c = self.counters
         c.n_generated += n_emitted
-        llama, control = self._drafter_seconds()
-        c.t_llama_draft += llama - self._draft_llama0
-        c.t_control += control - self._control0
-        self._draft_llama0, self._control0 = llama, control
-        c.t_loop += self._lap()
-        c.t_total = self._mark - self._start
+        d = self._drafter
+        if d is not None:
+            llama, control = d.decode_seconds, d.control_seconds
+            c.t_llama_draft += llama - self._draft_llama0
+            c.t_control += control - self._control0
+            self._draft_llama0, self._control0 = llama, control
+        now = _now()
+        c.t_loop += now - self._mark
+        self._mark = now
+        c.t_total = now - self._start
         if c.t_first_token is None:
             c.t_first_token = c.t_total
         c.t_llama = self._llama() - self._llama0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specli.engine.clock import StepClock
-from specli.engine.drafting import EMPTY, propose
+from specli.engine.drafting import EMPTY, NOTHING, propose
 from specli.engine.grammar import Constraint, MaskedRows
 from specli.engine.metrics import Counters
 from specli.engine.prefill import check_prompt, prefill
@@ -92,7 +92,7 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
         k = max(0, min(config.draft_max, remaining - 1, room))
         # 2. draft: the tokens a grammar forces, else (or then) the drafter's
         clock.drafting()
-        proposal = propose(drafter, history, k, constraint, config.grammar_drafts)
+        proposal = propose(drafter, history, k, constraint, config.grammar_drafts) if drafter is not None and k > 0 else NOTHING
         draft = proposal.draft
         clock.drafted()
         # 3. verify [last, d1..dk] in one target batch; the cache keeps the accepted prefix

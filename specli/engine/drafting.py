@@ -29,11 +29,12 @@ class Proposal:
     asked: bool = False
 
 
-def propose(drafter: Drafter | None, history: list[int], k: int, constraint: Constraint | None,
+NOTHING = Proposal(EMPTY)  # no drafter, or no room to draft
+
+
+def propose(drafter: Drafter, history: list[int], k: int, constraint: Constraint | None,
             grammar_drafts: bool) -> Proposal:
-    """Up to k tokens to verify after `history`."""
-    if drafter is None or k <= 0:
-        return Proposal(EMPTY)
+    """Up to k > 0 tokens to verify after `history`."""
     forced: list[int] = []
     run = 0  # tokens the grammar forces next
     if constraint is not None and grammar_drafts:
