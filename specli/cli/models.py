@@ -106,7 +106,7 @@ def models_pull(
     for name in names:
         with pull_progress() as update:
             path = registry.pull(name, progress=update, quantize=quantize_model, force=force)
-        err_console().print(f"{name}: {path}")
+        err_console().print(f"{name}: {path}", soft_wrap=True, highlight=False)  # one line, even piped
 
 
 @models_app.command("path")
