@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from specli.drafters.auto.costs import CostModel
 from specli.engine import GenerationConfig, generate
 from specli.runtime import calibration
 from specli.runtime.calibration import Calibration, exact_batch_from, fix_outliers
+from specli.runtime.load import Load
 
 
 def test_cache_round_trip_and_version(tmp_path: Path) -> None:
@@ -25,6 +29,42 @@ def test_cache_round_trip_and_version(tmp_path: Path) -> None:
     assert calibration.load("k", path) is None
     path.write_text("not json")
     assert calibration.load("k", path) is None
+
+
+def test_the_machine_and_what_runs_observed_are_stored_too(tmp_path: Path) -> None:
+    path = tmp_path / "calibration.json"
+    cal = Calibration(0.07, [1, 2, 4], [1.0, 1.4, 1.7], provisional=True, load={"others": 0.5, "steal": 0.0,
+                      "loadavg": 1.2, "spread": 0.1}, observed={"t1": 0.08, "sizes": [2.0], "ratios": [1.6]})
+    calibration.store("k", cal, path)
+    assert calibration.load("k", path) == cal
+    assert Load(**cal.load).busy
+
+
+def _burners() -> list[subprocess.Popen[bytes]]:
+    """A busy machine: every core spinning in another process (stopped by the caller)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+
+
+def test_a_busy_machine_is_seen_and_measured_again_at_the_next_idle_start(
+        smol: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+
+    monkeypatch.setattr(calibration, "RETRY_WAIT", 0.1)
+    context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]  # type: ignore[attr-defined]
+    path = tmp_path / "calibration.json"
+    burners = _burners()
+    try:
+        busy = calibration.load_or_measure("k", smol, None, context, path)  # type: ignore[arg-type]
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    assert busy.provisional and Load(**busy.load).others > 0.2, busy.load
+    assert calibration.load("k", path).provisional  # type: ignore[union-attr]
+    idle = calibration.load_or_measure("k", smol, None, context, path)  # type: ignore[arg-type]
+    assert not idle.provisional, idle.load
+    assert idle.t1 < busy.t1
+    assert calibration.load("k", path) == idle
 
 
 def test_exact_chunk_is_the_longest_exact_prefix_of_sizes() -> None:

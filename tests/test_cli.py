@@ -157,6 +157,44 @@ def test_calibrate_measures_shows_and_caches(tmp_path, monkeypatch) -> None:  # 
     assert res.exit_code == 0 and "largest bit-exact chunk" in res.stdout
 
 
+def test_calibrate_check_compares_the_table_with_runs_and_now(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A run's observations are stored beside the table (and a table they show wrong is
+    corrected); --check shows them with a quick measurement now, and stores nothing."""
+    from specli import profiles
+    from specli.drafters.auto.costs import interpolate
+    from specli.runtime import open_runtime
+    from specli.runtime.calibration import load
+
+    monkeypatch.setenv("SPECLI_MODELS_DIR", str(model_file(SMOL).parent))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rt = open_runtime(profiles.resolve_settings(None, {"target": SMOL, "draft": "none", "drafter": "auto"}))
+    key, costs = rt.calibration_key(), rt.costs()
+    stored = rt.calibration()
+    for _ in range(2):  # plain steps twice as slow as the table says: a machine busy when it was measured
+        costs.observe_verify(0, 2 * stored.t1, None, 200)
+    for k in (3, 3, 4, 3, 4):  # 4-5 token batches, observed at twice the table's price in plain steps
+        costs.observe_verify(k, 4 * stored.t1 * interpolate(stored.sizes, stored.ratios, k + 1), k, 200)
+    rt.close()
+    healed = load(key)
+    assert healed is not None and healed.observed["corrected"] and healed.observed["sizes"]
+    assert healed.ratios[stored.sizes.index(4)] > 1.5 * stored.ratios[stored.sizes.index(4)]
+    assert healed.t1 > 1.5 * stored.t1
+    assert healed.provisional and healed.observed["t1_off"] > 1.5  # off by more than noise: measure it again
+    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--check", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["what"]: r for r in json.loads(res.stdout)["rows"]}
+    assert rows["t1 (ms)"]["now"] > 0 and rows["batch of 4"]["last_run"] > 1.0 and rows["batch of 33"]["now"] > 1.0
+    assert rows["batch of 2"]["last_run"] is None  # not seen in that run
+    assert load(key) == healed  # nothing stored
+    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--check"])
+    assert res.exit_code == 0 and "drift now" in res.stdout and "which corrected the table" in res.stdout
+    assert "a plain step off by 2.0x" in " ".join(res.stdout.split())
+    rt = open_runtime(profiles.resolve_settings(None, {"target": SMOL, "draft": "none", "drafter": "auto"}))
+    again = rt.calibration()  # the next start, on an idle machine, measures it again
+    rt.close()
+    assert not again.provisional and not again.observed and load(key) == again
+
+
 def test_exact_generation_equals_the_target_alone() -> None:
     base = runner.invoke(app, ["generate", *SMOL_ARGS, "--drafter", "none", "--exact", "--json", "-n", "32", "Say hi."])
     spec = runner.invoke(app, ["generate", *SMOL_ARGS, "--drafter", "ngram", "--exact", "--json", "-n", "32",

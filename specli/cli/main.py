@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from specli import profiles
 from specli import serve as serve_defaults  # light: constants only
@@ -197,6 +196,8 @@ def chat(
 def calibrate(
     profile: ProfileOpt = None,
     show: Annotated[bool, typer.Option("--show", help="Only show the cached table (measure if none).")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Compare the cached table with what the last run observed "
+                                                         "and with a quick measurement now; stores nothing.")] = False,
     as_json: JsonOpt = False,
     *,
     overrides: dict[str, Any],
@@ -205,27 +206,34 @@ def calibrate(
     numerics (batch logit noise; with --exact the largest bit-exact chunk) again, and show them."""
     from dataclasses import asdict
 
-    from specli.runtime import open_runtime
+    from specli.cli import calibrate as view
+    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT, open_runtime
+    from specli.runtime.calibration import load as load_calibration
+    from specli.runtime.calibration import quick_probe
 
     s = profiles.resolve_settings(profile, {**overrides, "drafter": "auto", "history": False})
-    rt = open_runtime(s, recalibrate=not show)
+    rt = open_runtime(s, recalibrate=not (show or check))
     try:
-        cal = rt.calibration()
         key = rt.calibration_key()
+        # --check reads the table as stored, provisional or not (opening it may measure it again)
+        cal = (load_calibration(key) if check else None) or rt.calibration()
+        if check:
+            t1_now, now = quick_probe(rt.target, rt.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
     finally:
         rt.close()
+    print_notes(rt.notes)
+    if check:
+        if as_json:
+            rows = view.check_rows(cal, t1_now, now)
+            print(json.dumps({"key": key, "rows": [dict(zip(("what", "stored", "last_run", "now"), r)) for r in rows]},
+                             indent=2))
+        else:
+            view.check(Console(), cal, key, t1_now, now)
+        return
     if as_json:
         print(json.dumps({"key": key, **asdict(cal), "tie_bound": cal.tie_bound}, indent=2))
         return
-    t = Table("batch of n tokens", "cost in plain steps", "ceiling n / cost", title=f"calibration: {key}")
-    for n, r in zip(cal.sizes, cal.ratios):
-        t.add_row(str(n), f"{r:.2f}", f"{n / r:.2f}x")
-    console = Console()
-    console.print(t)
-    chunk = f"largest bit-exact chunk = {cal.exact_batch}; " if s.verify == "exact" else ""
-    console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; {chunk}"
-                  f"batch logit noise <= {cal.max_logit_diff:.3g} (near-tie bound {cal.tie_bound:.3g}); "
-                  f"measured {cal.measured}", highlight=False)
+    view.show(Console(), cal, key, s.verify == "exact")
 
 
 @app.command("rpc-server")

@@ -6,6 +6,7 @@ Shared by every command (generate, chat, bench) so they wire things the same way
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from specli.drafters import (
     NgramDrafter,
     SuffixDrafter,
 )
-from specli.drafters.auto.costs import CostModel
+from specli.drafters.auto.costs import DRIFT, CostModel
 from specli.engine import GenerationConfig
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
@@ -183,9 +184,13 @@ class Runtime:
         """This machine's measured costs and numerics (cached on disk; measured on first use)."""
         if self._calibration is None:
             context = self.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
-            self._calibration = calibration.load_or_measure(
+            cal = calibration.load_or_measure(
                 self.calibration_key(), self.target, self.draft, context, recalibrate=self.recalibrate)
-            self.target.exact_batch = self._calibration.exact_batch
+            if cal.provisional:
+                self.notes.append(f"this machine's costs {calibration.why_provisional(cal)}: auto corrects them as it "
+                                  "generates, and they are measured again at the next idle start")
+            self.target.exact_batch = cal.exact_batch
+            self._calibration = cal
         return self._calibration
 
     def costs(self, s: Settings | None = None) -> CostModel:
@@ -198,16 +203,29 @@ class Runtime:
         return self._costs[s.verify]
 
     def save_costs(self) -> None:
-        """Store the table corrected online when observed costs drifted from it, so the
-        next run starts from what this one learned (a calibration taken on a busy
-        machine cannot poison later runs)."""
+        """Store what this run observed of the costs at short context (`specli calibrate
+        --check` shows it), and the table corrected online where it drifted, so the next
+        run starts from what this one learned (a calibration taken on a busy machine
+        cannot poison later runs)."""
         cal = self._calibration
-        drifted = [c for c in self._costs.values() if c.drifted and c.chunk is None]
-        if cal is None or not drifted:
+        costs = next((c for c in self._costs.values() if c.chunk is None), None)  # one-batch verification's
+        if cal is None or costs is None:
             return
-        t1, ratios, draft_ratio = drifted[0].corrected()
-        calibration.store(self.calibration_key(), replace(cal, t1=t1, ratios=ratios, draft_ratio=draft_ratio))
-        drifted[0].drifted = False
+        observed = costs.observed()
+        corrected = costs.drifted
+        if not observed and not corrected:
+            return
+        if corrected:
+            t1, ratios, draft_ratio = costs.corrected()
+            cal = replace(cal, t1=t1, ratios=ratios, draft_ratio=draft_ratio)
+            costs.drifted = False
+        now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        # t1 off by more than noise: the table was measured under other conditions (a busy
+        # machine), so it is corrected for now and measured again at the next idle start
+        provisional = cal.provisional or costs.t1_off() > DRIFT
+        self._calibration = replace(cal, provisional=provisional,
+                                    observed={**observed, "at": now, "corrected": corrected})
+        calibration.store(self.calibration_key(), self._calibration)
 
     def generation_config(self, s: Settings | None = None) -> GenerationConfig:
         s = s or self.settings

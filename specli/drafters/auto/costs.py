@@ -13,6 +13,7 @@ corrected table.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,10 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DRIFT = 1.5  # observed / predicted cost beyond this factor (either way) is drift, not noise
-# steps between the plain steps that measure t1 again while auto keeps drafting (else a
-# wrong t1 is never corrected); doubles while t1 holds, up to the cap
+# verifications between the plain steps that measure t1 again while auto keeps drafting
+# (else a wrong t1 is never corrected); doubling while t1 holds, soon again while in doubt
 PLAIN_EVERY = (32, 256)
-SEEN_MIN, SEEN_KEEP = 3, 5  # a batch size verified this often is priced by the median of its last costs
+PLAIN_SOON = 4  # after a plain step 20-50 % off t1
+SEEN_MIN, SEEN_KEEP = 3, 5  # a part of the batch curve seen this often is priced by the median of its last costs
+SHAPE_DRIFT = 1.2  # a part of the curve (or t1) seen this far off the table, SEEN_MIN times: store the healed table
+TABLE_CONTEXT = 1024  # the stored table describes batches at up to this many cached tokens (calibrated at 128)
 
 
 def chunked_verify_costs(batch_cost: Sequence[float], chunk: int, reach: Sequence[float]) -> list[float]:
@@ -69,6 +73,47 @@ def interpolate(sizes: Sequence[int], values: Sequence[float], n: int) -> float:
     return values[i - 1] + (values[i] - values[i - 1]) * (n - lo) / (hi - lo)
 
 
+class Fits:
+    """Corrections of a cost table learned from the batches verified: by half-octave of
+    batch size (2, 3, 4, 5-6, 7-9, 10-13, ...), the last SEEN_KEEP (size, observed / table)
+    pairs, and once SEEN_MIN are in, their medians, interpolated between the parts seen
+    and flat beyond them. Sizes rarely repeat (drafts come in any length), so sizes are
+    pooled: a part of the curve heals after SEEN_MIN batches near it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, deque[tuple[int, float]]] = {}
+        self.sizes: list[float] = []  # ascending: the median size of each part seen enough
+        self.values: list[float] = []  # its median correction
+
+    def __bool__(self) -> bool:
+        return bool(self.sizes)
+
+    def add(self, n: int, fix: float) -> None:
+        seen = self._seen.setdefault(round(2 * math.log2(n)), deque(maxlen=SEEN_KEEP))
+        seen.append((n, fix))
+        if len(seen) >= SEEN_MIN:
+            parts = sorted((_median([s for s, _ in d]), _median([f for _, f in d]))
+                           for d in self._seen.values() if len(d) >= SEEN_MIN)
+            self.sizes, self.values = [p[0] for p in parts], [p[1] for p in parts]
+
+    def at(self, n: int) -> float:
+        return float(np.interp(n, self.sizes, self.values))
+
+    def worst(self) -> float:
+        """The largest correction either way, as a factor >= 1."""
+        return max((max(v, 1 / v) for v in self.values), default=1.0)
+
+    def scale(self, factor: float) -> None:
+        """Every correction times `factor` (they were ratios to a t1 that was wrong)."""
+        for seen in self._seen.values():
+            seen.extend([(n, f * factor) for n, f in [seen.popleft() for _ in range(len(seen))]])
+        self.values = [v * factor for v in self.values]
+
+
+def _median(xs: Sequence[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
 @dataclass
 class CostModel:
     """This machine's costs: `t1` seconds for a plain target step, tracked online;
@@ -90,14 +135,17 @@ class CostModel:
     _t1_off: int = field(default=0, init=False, repr=False)  # consecutive plain steps off by > DRIFT
     _since_plain: int = field(default=0, init=False, repr=False)  # verifications since a plain step
     _plain_every: int = field(default=PLAIN_EVERY[0], init=False, repr=False)
-    # batch size -> its last SEEN_KEEP costs in plain steps (one-batch verification), and
-    # the correction of the table they make (sizes ascending, observed / table)
-    _seen: dict[int, deque[float]] = field(default_factory=dict, init=False, repr=False)
-    _fix_sizes: list[int] = field(default_factory=list, init=False, repr=False)
-    _fix_values: list[float] = field(default_factory=list, init=False, repr=False)
+    # the table's corrections by what batches verified lately cost: at any context (what
+    # this run prices with) and at up to TABLE_CONTEXT cached tokens (what is stored)
+    _fits: Fits = field(default_factory=Fits, init=False, repr=False)
+    _fits_table: Fits = field(default_factory=Fits, init=False, repr=False)
+    _t1_table: Ema = field(init=False, repr=False)  # plain steps at up to TABLE_CONTEXT tokens
+    _n_t1_table: int = field(default=0, init=False, repr=False)
+    _t1_doubts: list[float] = field(default_factory=list, init=False, repr=False)  # plain steps 20-50 % off t1
 
     def __post_init__(self) -> None:
         self._t1 = Ema(self.t1, 0.2)
+        self._t1_table = Ema(self.t1, 0.2)
 
     @classmethod
     def from_measured(cls, verify: Sequence[float], draft_step: float) -> CostModel:
@@ -118,36 +166,18 @@ class CostModel:
     @property
     def plain_step_due(self) -> bool:
         """Time for a plain step, to measure t1 again (a drafter never shows it)."""
-        return self._since_plain >= (1 if self._t1_off else self._plain_every)
+        return self._since_plain >= (1 if self._t1_off else PLAIN_SOON if self._t1_doubts else self._plain_every)
 
     def batch_ratio(self, n: int) -> float:
         """A batch of n tokens, in plain steps (one batch, however large): the table,
-        corrected by what batches verified lately cost (the median of each size's last
-        costs, SEEN_MIN of them at least; between sizes seen the correction is
-        interpolated, beyond them it stays flat), or at the current level where no size
-        has been seen enough. The table's shape drifts with the context, so what batches
-        cost now outweighs what the calibration measured."""
+        corrected by what batches near n cost lately (`Fits`), or at the current level
+        where no part of the curve has been seen enough. The table's shape drifts with
+        the context and the machine's load, so what batches cost now outweighs what the
+        calibration measured."""
         if n <= 1:
             return 1.0
         table = interpolate(self.sizes, self.ratios, n)
-        if not self._fix_sizes:
-            return max(1.0, table * self.level)
-        m = min(max(n, self._fix_sizes[0]), self._fix_sizes[-1])
-        return max(1.0, table * interpolate(self._fix_sizes, self._fix_values, m))
-
-    def _refit(self, n: int) -> None:
-        """Size n's correction, once seen SEEN_MIN times: its median cost / the table (only
-        the size just observed changes; the others' medians and table values stay)."""
-        costs = self._seen[n]
-        if len(costs) < SEEN_MIN:
-            return
-        fix = sorted(costs)[len(costs) // 2] / interpolate(self.sizes, self.ratios, n)
-        i = bisect.bisect_left(self._fix_sizes, n)
-        if i < len(self._fix_sizes) and self._fix_sizes[i] == n:
-            self._fix_values[i] = fix
-        else:
-            self._fix_sizes.insert(i, n)
-            self._fix_values.insert(i, fix)
+        return max(1.0, table * (self._fits.at(n) if self._fits else self.level))
 
     def batch_ratios(self, n_max: int) -> np.ndarray:
         """batch_ratio(n) for n = 1..n_max at once (auto prices every k each step)."""
@@ -159,10 +189,8 @@ class CostModel:
             table = np.where(ns > sizes[-1], self.ratios[-1] + slope * (ns - sizes[-1]), table)
         else:
             table = self.ratios[0] * ns / sizes[0]
-        if self._fix_sizes:
-            fix = np.interp(ns, self._fix_sizes, self._fix_values)  # flat beyond the sizes seen
-        else:
-            fix = np.full(n_max, self.level)
+        # flat beyond the sizes seen
+        fix = np.interp(ns, self._fits.sizes, self._fits.values) if self._fits else np.full(n_max, self.level)
         out = np.maximum(1.0, table * fix)
         out[0] = 1.0
         return out
@@ -185,50 +213,83 @@ class CostModel:
             n = min(n, (n_accepted // self.chunk + 1) * self.chunk)
         return [min(self.chunk, n - start) for start in range(0, n, self.chunk)]
 
-    def observe_verify(self, k: int, seconds: float, n_accepted: int | None = None) -> None:
-        """A verification of k + 1 tokens took `seconds` (drafting excluded)."""
+    def observe_verify(self, k: int, seconds: float, n_accepted: int | None = None, context: int = 0) -> None:
+        """A verification of k + 1 tokens on top of `context` cached tokens took `seconds`
+        (drafting excluded)."""
         if seconds <= 0:
             return
         if k == 0:
-            self._observe_plain(seconds)
+            self._observe_plain(seconds, context)
             return
         self._since_plain += 1
         batches = self.decoded_batches(k, n_accepted)
         raw = sum(interpolate(self.sizes, self.ratios, n) for n in batches) * self.level * self.step
         if self.chunk is None:
-            self._seen.setdefault(k + 1, deque(maxlen=SEEN_KEEP)).append(seconds / self.step)
-            self._refit(k + 1)
+            self._observe_shape(k + 1, seconds / self.step / interpolate(self.sizes, self.ratios, k + 1), context)
         off = seconds / max(raw, self.step * len(batches))  # against the table as priced without memory
         fix = seconds / raw if raw > 0 else 1.0  # against the table itself (it may be below 1)
         if off > DRIFT or off < 1 / DRIFT:
             self._off += 1
             if self._off >= 2:  # twice in a row: the table is wrong, not the moment
                 self.level *= fix
-                self.drifted = True
-                self.corrections += 1
+                self._corrected()
                 self._off = 0
         else:
             self._off = 0
             self.level *= fix ** 0.1  # slow refinement in log space
 
-    def _observe_plain(self, seconds: float) -> None:
+    def _observe_shape(self, n: int, fix: float, context: int) -> None:
+        """A one-batch verification of n tokens cost `fix` times the table's price."""
+        self._fits.add(n, fix)
+        if context <= TABLE_CONTEXT:
+            self._fits_table.add(n, fix)
+            if not self.drifted and self._fits_table.worst() > SHAPE_DRIFT:
+                self._corrected()
+
+    def _corrected(self) -> None:
+        self.drifted = True
+        self.corrections += 1
+
+    def _observe_plain(self, seconds: float, context: int = 0) -> None:
         off = seconds / self.step if self.step > 0 else 1.0
         self._since_plain = 0
+        short = context <= TABLE_CONTEXT
         if off > DRIFT or off < 1 / DRIFT:
             self._t1_off += 1
             self._plain_every = PLAIN_EVERY[0]
             if self._t1_off >= 2:  # twice in a row: t1 is wrong, not the moment
-                self._t1.value = seconds
-                self._seen.clear()  # ratios to the wrong t1
-                self._fix_sizes.clear()
-                self._fix_values.clear()
-                self.drifted = True
-                self.corrections += 1
+                self._move_t1(seconds, short)
                 self._t1_off = 0
             return
         self._t1_off = 0
+        if off > SHAPE_DRIFT or off < 1 / SHAPE_DRIFT:  # a smaller error: look again soon, move after two
+            self._plain_every = PLAIN_EVERY[0]
+            self._t1_doubts.append(seconds)
+            if len(self._t1_doubts) >= 2:
+                self._move_t1(_median(self._t1_doubts), short)
+            return
+        self._t1_doubts.clear()
         self._plain_every = min(2 * self._plain_every, PLAIN_EVERY[1])
         self._t1.add(seconds)
+        if short:
+            self._t1_table.add(seconds)
+            self._n_t1_table += 1
+            off_table = self._t1_table.value / self.t1
+            if self._n_t1_table >= SEEN_MIN and max(off_table, 1 / off_table) > SHAPE_DRIFT and not self.drifted:
+                self._corrected()
+
+    def _move_t1(self, seconds: float, short: bool) -> None:
+        """t1 was wrong: the corrections learned against it are rescaled, so the prices of
+        batches seen stay (the table's own ratios follow t1: a machine uniformly slower)."""
+        factor = self.step / seconds
+        self._t1.value = seconds
+        self._fits.scale(factor)
+        self._fits_table.scale(factor)
+        self._t1_doubts.clear()
+        if short:
+            self._t1_table.value = seconds
+            self._n_t1_table = max(self._n_t1_table, SEEN_MIN)
+        self._corrected()
 
     def observe_draft_step(self, seconds: float) -> None:
         if self.step > 0:
@@ -244,6 +305,33 @@ class CostModel:
         catch_up = step * self.batch_ratio(pending)
         return [0.0] + [catch_up + step * (k - 1) for k in range(1, k_max + 1)]
 
+    def observed(self) -> dict[str, list[float] | float]:
+        """What this model saw at up to TABLE_CONTEXT cached tokens: t1 (seconds) and the
+        batch curve where seen enough (sizes, plain steps); empty where nothing was."""
+        out: dict[str, list[float] | float] = {}
+        if self._n_t1_table >= SEEN_MIN:
+            out["t1"] = self._t1_table.value
+            out["t1_off"] = self.t1_off()
+        if self._fits_table:
+            out["sizes"] = list(self._fits_table.sizes)
+            out["ratios"] = [interpolate(self.sizes, self.ratios, round(n)) * f
+                             for n, f in zip(self._fits_table.sizes, self._fits_table.values)]
+        return out
+
+    def t1_off(self) -> float:
+        """How far the table's t1 was found off by plain steps at up to TABLE_CONTEXT cached
+        tokens, as a factor >= 1 (1 until seen SEEN_MIN times)."""
+        if self._n_t1_table < SEEN_MIN or self.t1 <= 0:
+            return 1.0
+        off = self._t1_table.value / self.t1
+        return max(off, 1 / off)
+
     def corrected(self) -> tuple[float, list[float], float]:
-        """(t1, ratios at `sizes`, draft_ratio) as observed: for the calibration cache."""
-        return self.step, [self.batch_ratio(n) for n in self.sizes], self.draft_ratio
+        """(t1, ratios at `sizes`, draft_ratio) as observed at up to TABLE_CONTEXT cached
+        tokens: for the calibration cache."""
+        t1 = self._t1_table.value if self._n_t1_table >= SEEN_MIN else self.step
+        if self._fits_table:
+            ratios = [max(1.0, r * self._fits_table.at(n)) if n > 1 else 1.0 for n, r in zip(self.sizes, self.ratios)]
+        else:
+            ratios = [self.batch_ratio(n) for n in self.sizes]
+        return t1, ratios, self.draft_ratio

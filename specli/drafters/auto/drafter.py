@@ -236,7 +236,8 @@ class AutoDrafter(Drafter):
                 self.ledger.record(self._prefix + n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
             corrections = self.costs.corrections
             # the batch: forced tokens before, its draft, forced tokens after (k = 0: a plain step)
-            self.costs.observe_verify(self._prefix + n_drafted + self._extra, verify_seconds, self._prefix + n_accepted)
+            self.costs.observe_verify(self._prefix + n_drafted + self._extra, verify_seconds, self._prefix + n_accepted,
+                                      len(history))
             if self.costs.corrections != corrections:
                 self.ledger.forgive()
             n_accepted = min(n_accepted, n_drafted)  # of its own tokens: the forced ones were the grammar's

@@ -1,0 +1,59 @@
+"""`specli calibrate`'s tables: the stored costs, and with --check how far what runs
+observed and a quick measurement now have drifted from them."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from specli.drafters.auto.costs import SHAPE_DRIFT, interpolate
+from specli.runtime.calibration import Calibration, why_provisional
+
+
+def show(console: Console, cal: Calibration, key: str, exact: bool) -> None:
+    t = Table("batch of n tokens", "cost in plain steps", "ceiling n / cost", title=f"calibration: {key}")
+    for n, r in zip(cal.sizes, cal.ratios):
+        t.add_row(str(n), f"{r:.2f}", f"{n / r:.2f}x")
+    console.print(t)
+    chunk = f"largest bit-exact chunk = {cal.exact_batch}; " if exact else ""
+    console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; {chunk}"
+                  f"batch logit noise <= {cal.max_logit_diff:.3g} (near-tie bound {cal.tie_bound:.3g}); "
+                  f"measured {cal.measured}{_busy(cal)}", highlight=False)
+
+
+def _busy(cal: Calibration) -> str:
+    why = why_provisional(cal)
+    return f"; provisional: its figures {why}, measured again at the next idle start" if why else ""
+
+
+def check_rows(cal: Calibration, t1_now: float, now: dict[int, float]) -> list[tuple[str, float, float | None, float]]:
+    """(what, stored, last run's observation or None, now) per row: t1 in ms, then the
+    batch sizes measured now in plain steps."""
+    seen = cal.observed
+    t1_seen = seen.get("t1")
+    rows = [("t1 (ms)", cal.t1 * 1000, t1_seen * 1000 if t1_seen else None, t1_now * 1000)]
+    sizes, ratios = seen.get("sizes") or [], seen.get("ratios") or []
+    for n, r_now in now.items():
+        last = interpolate(sizes, ratios, n) if sizes and sizes[0] <= n <= sizes[-1] else None
+        rows.append((f"batch of {n}", interpolate(cal.sizes, cal.ratios, n), last, r_now))
+    return rows
+
+
+def check(console: Console, cal: Calibration, key: str, t1_now: float, now: dict[int, float]) -> float:
+    """Print the drift table; returns the worst drift now, as a factor >= 1."""
+    rows = check_rows(cal, t1_now, now)
+    t = Table("", "stored", "last run", "now", "drift now", title=f"calibration check: {key}")
+    worst = 1.0
+    for what, stored, last, r_now in rows:
+        drift = r_now / stored if stored > 0 else 1.0
+        worst = max(worst, drift, 1 / drift)
+        t.add_row(what, f"{stored:.2f}", "-" if last is None else f"{last:.2f}", f"{r_now:.2f}", f"{drift - 1:+.0%}")
+    console.print(t)
+    at = cal.observed.get("at")
+    console.print(f"stored table measured {cal.measured}{_busy(cal)}"
+                  + (f"; last run {at}" + (", which corrected the table" if cal.observed.get("corrected") else "")
+                     if at else "; no run has observed it yet"), highlight=False)
+    verdict = (f"off by up to {worst - 1:.0%} now: `specli calibrate` measures it again (auto also corrects it "
+               "as it generates)" if worst > SHAPE_DRIFT else f"within {SHAPE_DRIFT - 1:.0%} of the table now")
+    console.print(verdict, highlight=False)
+    return worst
