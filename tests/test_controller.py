@@ -359,3 +359,18 @@ def test_batch_ratios_at_once_equal_one_by_one(ratios: list[float], seen: list[t
         c.observe_verify(k, 0.05 * steps, k // 2)
     at_once = c.batch_ratios(70)
     assert at_once == pytest.approx([c.batch_ratio(n) for n in range(1, 71)], rel=1e-12, abs=1e-12)
+
+
+def test_a_ledger_turned_off_never_stands_in_the_way() -> None:
+    """Drafts losing on fresh text run the ledger into debt: then only a clear win may
+    draft and no probe fits; turned off (auto_ledger: false) the prices alone decide."""
+    from specli.drafters.auto.policy import Ledger
+
+    on, off = Ledger(), Ledger(on=False)
+    for book in (on, off):
+        for _ in range(5):
+            book.record(1, 3.0)  # one token for three plain steps, five times
+    assert not on.affords(1.1) and not on.can_lose(0.5) and on.affords(5.0)
+    assert off.affords(1.0) and off.can_lose(100.0)
+    on.forgive()  # the prices were corrected: old debts say nothing of the new
+    assert on.affords(1.0)

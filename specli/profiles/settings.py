@@ -94,6 +94,9 @@ class Settings:
         doc="batch: the whole draft in one target batch (greedy output equals the target's except at "
             "floating-point near-ties); exact: chunks bit-identical to one-token decoding (slower)",
     )
+    auto_ledger: bool = _bool(True, doc="auto drafts only while its drafts have not lost lately (false: by its "
+                                        "prices alone; faster with a draft model on memory-bound targets, "
+                                        "unbounded where text does not repeat)")
     draft_min: int = _int(0, 0, 64, doc="fewest tokens drafted per step (<= draft_max)")
     draft_p_min: float = _float(0.0, 0.0, 1.0, doc="stop drafting below this draft-model top probability")
     ngram_min: int = _int(3, 1, 16, doc="shortest n-gram the n-gram drafter matches")

@@ -110,7 +110,8 @@ class Runtime:
             return suffix or ngram
         if s.drafter == "auto":
             model = self._draft_model_drafter(s) if self.draft is not None else None
-            return AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s))
+            return AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s),
+                               ledger=s.auto_ledger)
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
         if s.drafter == "hybrid":

@@ -59,6 +59,7 @@ class AutoDrafter(Drafter):
         explore_every: int = 24,
         suffix: SuffixDrafter | None = None,
         learned: Learned | None = None,
+        ledger: bool = True,
     ) -> None:
         self._costs = costs
         self.draft = draft
@@ -81,7 +82,7 @@ class AutoDrafter(Drafter):
         self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
         self._shadow: list[tuple[str, list[int], Match]] = []  # lookups offered but not drafted this step
         self._control_seconds = 0.0  # choosing and learning (the lookups and the draft model excluded)
-        self.ledger = Ledger()  # plain steps drafting has won or lost in this generation, as measured
+        self.ledger = Ledger(on=ledger)  # plain steps drafting has won or lost in this generation, as measured
         self._extra = 0  # tokens a grammar forced after the last draft, in its batch
         self._prefix = 0  # tokens a grammar forced before it
 

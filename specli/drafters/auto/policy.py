@@ -121,6 +121,7 @@ class Ledger:
     ledger is what they really won."""
 
     balance: float = LEDGER_START
+    on: bool = True  # False: never stands in the way (the prices alone decide; to measure what it costs)
 
     def record(self, n_emitted: int, cost_steps: float) -> None:
         """A step that emitted `n_emitted` tokens for `cost_steps` plain steps of time."""
@@ -132,7 +133,7 @@ class Ledger:
     def affords(self, speedup: float) -> bool:
         """Whether a draft priced at `speedup` x plain decoding may be tried: any gain while
         drafting has not lost; in debt, only by a margin that grows with the debt."""
-        return self.balance >= 0 or speedup >= 1 + LOSING_MARGIN * (1 - self.balance)
+        return not self.on or self.balance >= 0 or speedup >= 1 + LOSING_MARGIN * (1 - self.balance)
 
     def forgive(self) -> None:
         """The prices were corrected: debts run up under the old ones say nothing of the new."""
@@ -140,7 +141,7 @@ class Ledger:
 
     def can_lose(self, steps: float) -> bool:
         """Whether a probe that may lose `steps` plain steps fits what drafting has won."""
-        return self.balance >= steps
+        return not self.on or self.balance >= steps
 
 
 @dataclass(frozen=True)
