@@ -61,7 +61,8 @@ class Calibration:
     # the machine was busy while measuring (see `load`): used until an idle start measures again
     provisional: bool = False
     load: dict[str, float] = field(default_factory=dict)  # the machine while measuring (runtime.load.Load)
-    # what the last run observed at short context: {"t1", "sizes", "fixes" (observed / table), "at"}
+    # what the last run observed at short context (CostModel.observed: t1, t1_off, sizes,
+    # ratios), when ("at") and whether it corrected the table ("corrected")
     observed: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -244,7 +245,8 @@ def why_provisional(cal: Calibration) -> str:
 
 
 def _noise(cal: Calibration) -> float:
-    return Load(**cal.load).others + Load(**cal.load).spread
+    load = Load(**cal.load)
+    return load.others + load.spread
 
 
 def _read(path: Path) -> dict[str, object]:

@@ -81,7 +81,8 @@ class Fits:
     pooled: a part of the curve heals after SEEN_MIN batches near it."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, deque[tuple[int, float]]] = {}
+        self._seen: dict[int, deque[tuple[int, float]]] = {}  # half-octave -> its last (size, correction)
+        self._parts: dict[int, tuple[float, float]] = {}  # half-octave seen enough -> (median size, correction)
         self.sizes: list[float] = []  # ascending: the median size of each part seen enough
         self.values: list[float] = []  # its median correction
 
@@ -89,12 +90,16 @@ class Fits:
         return bool(self.sizes)
 
     def add(self, n: int, fix: float) -> None:
-        seen = self._seen.setdefault(round(2 * math.log2(n)), deque(maxlen=SEEN_KEEP))
+        part = round(2 * math.log2(n))
+        seen = self._seen.setdefault(part, deque(maxlen=SEEN_KEEP))
         seen.append((n, fix))
-        if len(seen) >= SEEN_MIN:
-            parts = sorted((_median([s for s, _ in d]), _median([f for _, f in d]))
-                           for d in self._seen.values() if len(d) >= SEEN_MIN)
-            self.sizes, self.values = [p[0] for p in parts], [p[1] for p in parts]
+        if len(seen) >= SEEN_MIN:  # only this part's medians change
+            self._parts[part] = (_median([s for s, _ in seen]), _median([f for _, f in seen]))
+            self._publish()
+
+    def _publish(self) -> None:
+        parts = [self._parts[p] for p in sorted(self._parts)]
+        self.sizes, self.values = [p[0] for p in parts], [p[1] for p in parts]
 
     def at(self, n: int) -> float:
         return float(np.interp(n, self.sizes, self.values))
@@ -105,9 +110,9 @@ class Fits:
 
     def scale(self, factor: float) -> None:
         """Every correction times `factor` (they were ratios to a t1 that was wrong)."""
-        for seen in self._seen.values():
-            seen.extend([(n, f * factor) for n, f in [seen.popleft() for _ in range(len(seen))]])
-        self.values = [v * factor for v in self.values]
+        self._seen = {p: deque(((n, f * factor) for n, f in seen), maxlen=SEEN_KEEP) for p, seen in self._seen.items()}
+        self._parts = {p: (size, f * factor) for p, (size, f) in self._parts.items()}
+        self._publish()
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -274,8 +279,7 @@ class CostModel:
         if short:
             self._t1_table.add(seconds)
             self._n_t1_table += 1
-            off_table = self._t1_table.value / self.t1
-            if self._n_t1_table >= SEEN_MIN and max(off_table, 1 / off_table) > SHAPE_DRIFT and not self.drifted:
+            if not self.drifted and self.t1_off() > SHAPE_DRIFT:
                 self._corrected()
 
     def _move_t1(self, seconds: float, short: bool) -> None:
