@@ -65,3 +65,18 @@ def test_incremental_index_equals_rebuild() -> None:
 def test_bad_range() -> None:
     with pytest.raises(ValueError):
         NgramIndex(3, 2)
+
+
+def test_reference_drafts_as_prediction_and_history_wins() -> None:
+    from specli.drafters.ngram import PREDICTION
+
+    d = NgramDrafter(2, 3, reference=[1, 2, 3, 4, 5])
+    d.begin([9, 1, 2])
+    got = d.propose([9, 1, 2], 8)
+    assert got.tokens == [3, 4, 5] and got.source == PREDICTION  # never past the reference's end
+    history = [1, 2, 7, 0, 1, 2]
+    d.begin(history)
+    got = d.propose(history, 3)
+    assert got.tokens == [7, 0, 1] and got.source == "ngram"  # the prompt's own match is more recent
+    history += [3, 4]  # the output follows the prediction: its lookup goes on from the grown history
+    assert d.propose(history, 2).tokens == [5]

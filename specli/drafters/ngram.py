@@ -56,30 +56,53 @@ class NgramIndex:
         return -1, 0, True
 
 
+PREDICTION = "prediction"  # the source of drafts taken from a request's predicted output
+
+
 class NgramDrafter(Drafter):
+    """`reference`: text the output is expected to repeat (OpenAI's predicted output),
+    looked up before the history, so a match in the prompt or output still wins; drafts
+    from it are marked with the source PREDICTION."""
+
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 4, is_eog: Callable[[int], bool] | None = None) -> None:
+    def __init__(self, n_min: int = 2, n_max: int = 4, is_eog: Callable[[int], bool] | None = None,
+                 reference: Sequence[int] = ()) -> None:
         self.index = NgramIndex(n_min, n_max)
         self.is_eog = is_eog or (lambda t: False)
         self.last_match_n = 0
         self.last_agreed = True  # every earlier occurrence of the last match went on alike
+        self.reference = list(reference)
+        self._seq: list[int] = []  # reference + history, where there is a reference
 
     def begin(self, history: Sequence[int]) -> None:
         # history may have been rewritten (a new chat turn): rebuild from scratch
         self.index.reset()
-        self.index.update(history)
+        self._seq = [*self.reference, *history] if self.reference else []
+        self.index.update(self._text(history))
+
+    def _text(self, history: Sequence[int]) -> Sequence[int]:
+        if not self.reference:
+            return history
+        n_ref, seq = len(self.reference), self._seq
+        if len(seq) - n_ref > len(history):
+            del seq[n_ref:]
+        seq.extend(history[len(seq) - n_ref :])
+        return seq
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
-        self.index.update(history)
-        pos, n, agreed = self.index.lookup(history)
+        text = self._text(history)
+        self.index.update(text)
+        pos, n, agreed = self.index.lookup(text)
         self.last_match_n, self.last_agreed = n, agreed
         if pos < 0 or k <= 0:
             return Draft(source=self.name)
+        predicted = pos < len(self.reference)
+        end = min(pos + k, len(self.reference)) if predicted else pos + k
         tokens: list[int] = []
-        for t in history[pos : pos + k]:
+        for t in text[pos:end]:
             tokens.append(t)
             if self.is_eog(t):
                 break
-        return Draft(tokens, None, self.name)
+        return Draft(tokens, None, PREDICTION if predicted else self.name)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specli.drafters.ngram import NgramDrafter
+from specli.drafters.ngram import PREDICTION, NgramDrafter
 from specli.history import Continuation, SuffixIndex
 from specli.types import Draft, Drafter
 
@@ -50,7 +50,8 @@ class SuffixDrafter(Drafter):
         local = self.ngram.propose(history, k)
         # the store wins only with a longer match than the local one: ask for no less
         stored = self.from_store(history, k, max(self.min_match, self.ngram.last_match_n + 1) if local.tokens else None)
-        return stored if stored.tokens else Draft(local.tokens, None, self.name)
+        return stored if stored.tokens else Draft(local.tokens, None, local.source if local.source == PREDICTION
+                                                 else self.name)
 
     def end(self, history: Sequence[int]) -> None:
         """The generation is over: its output joins the store, after the last `max_match`

@@ -24,6 +24,8 @@ class Counters:
     drafted_by_pos: list[int] = field(default_factory=list)
     accepted_by_pos: list[int] = field(default_factory=list)
     drafter_steps: dict[str, int] = field(default_factory=dict)  # steps per drafter / mode
+    drafted_by: dict[str, int] = field(default_factory=dict)  # draft tokens verified, per source
+    accepted_by: dict[str, int] = field(default_factory=dict)  # of those, accepted
     n_forced: int = 0  # of n_drafted: tokens a grammar forced (the "grammar" drafter), in any step
     n_forced_accepted: int = 0
     t_prefill: float = 0.0
@@ -49,6 +51,8 @@ class Counters:
         out.drafted_by_pos = list(self.drafted_by_pos)
         out.accepted_by_pos = list(self.accepted_by_pos)
         out.drafter_steps = dict(self.drafter_steps)
+        out.drafted_by = dict(self.drafted_by)
+        out.accepted_by = dict(self.accepted_by)
         out.steps_by_k = {k: list(v) for k, v in self.steps_by_k.items()}
         return out
 
@@ -58,6 +62,9 @@ class Counters:
         self.n_drafted += n_drafted
         self.n_accepted += n_accepted
         self.drafter_steps[drafter] = self.drafter_steps.get(drafter, 0) + 1
+        if n_drafted:
+            self.drafted_by[drafter] = self.drafted_by.get(drafter, 0) + n_drafted
+            self.accepted_by[drafter] = self.accepted_by.get(drafter, 0) + n_accepted
         by_k = self.steps_by_k.setdefault(drafter, [])
         if len(by_k) <= n_drafted:
             by_k.extend([0] * (n_drafted + 1 - len(by_k)))

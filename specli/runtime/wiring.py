@@ -95,14 +95,16 @@ class Runtime:
         return rt
 
     def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None,
-                keep: bool = True) -> Drafter | None:
+                keep: bool = True, prediction: Sequence[int] = ()) -> Drafter | None:
         """The drafter for settings `s` (default: the runtime's own). Suffix and auto
         draft from `history`, or by default from this vocabulary's history store;
-        `keep=False` drafts from it but keeps this generation's output out of it."""
+        `keep=False` drafts from it but keeps this generation's output out of it. The
+        n-gram lookup (in ngram, suffix, hybrid and auto) also drafts from `prediction`,
+        the tokens the output is expected to repeat."""
         s = s or self.settings
         if s.drafter == "none" or s.draft_max == 0:
             return None
-        ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog)
+        ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog, prediction)
         if s.drafter == "ngram":
             return ngram
         suffix = self._suffix_drafter(s, history, ngram, keep)

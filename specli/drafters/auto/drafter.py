@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from specli.drafters.auto.costs import CostModel
 from specli.drafters.auto.policy import AcceptanceStats, Choice, Ledger, choose
 from specli.drafters.draft_model import DraftModelDrafter
-from specli.drafters.ngram import NgramDrafter
+from specli.drafters.ngram import PREDICTION, NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
 from specli.engine.grammar import Constraint
 from specli.types import Draft, Drafter
@@ -160,7 +160,8 @@ class AutoDrafter(Drafter):
                         if d.tokens and name != choice.drafter]
         self._control_seconds += time.perf_counter() - t_control
         if choice.drafter in lookups:
-            d = Draft(lookups[choice.drafter].tokens[: choice.k], None, choice.drafter)
+            found = lookups[choice.drafter]
+            d = Draft(found.tokens[: choice.k], None, found.source if found.source == PREDICTION else choice.drafter)
         elif choice.drafter == "draft" and self.draft is not None:
             d = self.draft.propose(history, choice.k)
             for s in self.draft.step_seconds:
