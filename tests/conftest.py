@@ -30,6 +30,19 @@ def _own_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["SPECLI_HISTORY_DIR"] = old
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_prompt_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Servers in tests keep their prompt cache's files in the test session's own folder."""
+    path = tmp_path_factory.mktemp("prompt-cache")
+    old = os.environ.get("SPECLI_PROMPT_CACHE_DIR")
+    os.environ["SPECLI_PROMPT_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("SPECLI_PROMPT_CACHE_DIR", None)
+    else:
+        os.environ["SPECLI_PROMPT_CACHE_DIR"] = old
+
+
 def total_variation(a: dict[Any, float], b: dict[Any, float]) -> float:
     """Total variation distance between two distributions given as outcome -> mass."""
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))

@@ -89,7 +89,8 @@ def test_completion_request() -> None:
 
 def _outcome() -> Outcome:
     c = Counters(n_prompt=10, n_prompt_reused=6, n_generated=5, n_target_forwards=3, n_drafted=4, n_accepted=2,
-                 drafter_steps={"ngram": 2, "none": 1}, t_prefill=0.1, t_first_token=0.1, t_total=0.5)
+                 drafter_steps={"ngram": 2, "none": 1}, drafted_by={"ngram": 1, "prediction": 3},
+                 accepted_by={"ngram": 1, "prediction": 1}, t_prefill=0.1, t_first_token=0.1, t_total=0.5)
     return Outcome("hello", "stop", c, "stop", 0.01)
 
 
@@ -99,7 +100,9 @@ def test_response_and_chunk_shapes() -> None:
     r = chat_response(ids, out)
     assert r["choices"][0]["message"] == {"role": "assistant", "content": "hello", "refusal": None}
     assert r["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                          "prompt_tokens_details": {"cached_tokens": 6}}
+                          "prompt_tokens_details": {"cached_tokens": 6},
+                          "completion_tokens_details": {"accepted_prediction_tokens": 1,
+                                                        "rejected_prediction_tokens": 2}}
     assert r["timings"]["draft_n"] == 4 and r["timings"]["draft_n_accepted"] == 2 and r["timings"]["prompt_n"] == 4
     assert r["specli"]["drafted"] == 4 and r["specli"]["drafter_steps"] == {"ngram": 2, "none": 1}
     first = chunk(ids, "chat", "he", first=True, include_usage=True)

@@ -230,9 +230,36 @@ class Model:
     def reset(self) -> None:
         self._llama(lambda: llama_cpp.llama_memory_clear(self._mem, True), "clearing the cache")
         self.tokens.clear()
+        self._dirty = False
 
     def cache_pos_max(self) -> int:
         return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
+
+    # -- sequence state (the prompt cache) -----------------------------------------
+    def save_state(self) -> bytearray:
+        """The cache's sequence as llama.cpp serialises it, for `load_state` later."""
+        if self._dirty:
+            self.rollback(self.n_past)
+        size = int(self._llama(lambda: llama_cpp.llama_state_seq_get_size(self._ctx, 0), "sizing its state"))
+        buf = bytearray(size)
+        dst = (ctypes.c_uint8 * size).from_buffer(buf)
+        got = int(self._llama(lambda: llama_cpp.llama_state_seq_get_data(self._ctx, dst, size, 0), "saving its state"))
+        if got == 0:
+            raise BackendError(f"llama.cpp could not save the cache of {self.path.name}")
+        return buf if got == size else buf[:got]
+
+    def load_state(self, data: bytearray, tokens: Sequence[int]) -> bool:
+        """Replace the cache by a state `save_state` gave when it held `tokens`; False (the
+        cache left empty) where llama.cpp refuses it or it holds another number of tokens."""
+        self.reset()
+        src = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        got = int(self._llama(lambda: llama_cpp.llama_state_seq_set_data(self._ctx, src, len(data), 0),
+                              "loading a state"))
+        if got == 0 or self.cache_pos_max() != len(tokens) - 1:
+            self.reset()
+            return False
+        self.tokens = [int(t) for t in tokens]
+        return True
 
     # -- decoding ----------------------------------------------------------------
     def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:

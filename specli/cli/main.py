@@ -69,6 +69,15 @@ def read_prompt(prompt: str | None) -> str:
     return prompt
 
 
+def read_text_file(path: Path, option: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise UsageError(f"{option} {path}: {e.strerror or e}", "give a readable file") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{option} {path} is not valid UTF-8 (byte {e.start})", "convert it to UTF-8") from None
+
+
 @app.command()
 @guarded
 @with_settings(*GENERATION)
@@ -85,6 +94,10 @@ def generate(
     grammar: Annotated[Path | None, typer.Option(
         "--grammar", help="Constrain the answer to this GBNF grammar file (llama.cpp's format).",
         show_default=False)] = None,
+    predict: Annotated[Path | None, typer.Option(
+        "--predict", help="A file the answer is expected to repeat much of (the file being edited): "
+                          "drafted from, verified like any draft (OpenAI's predicted outputs).",
+        show_default=False)] = None,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -99,12 +112,13 @@ def generate(
 
         constrained = (grammar_from_arg("json_schema", json_schema) if json_schema is not None
                        else grammar_from_arg("gbnf", str(grammar)))
+    predicted = read_text_file(predict, "--predict") if predict is not None else ""
     run_generate(s, text, as_json=as_json, quiet=quiet, color_draft=color_draft,
-                 recalibrate=recalibrate, grammar=constrained)
+                 recalibrate=recalibrate, grammar=constrained, prediction=predicted)
 
 
 def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True,
-                 recalibrate: bool = False, grammar: Any = None) -> None:
+                 recalibrate: bool = False, grammar: Any = None, prediction: str = "") -> None:
     """`grammar`: a specli.engine.grammar.Grammar the answer must follow, or None."""
     from specli.cli.dashboard import GenerationDashboard, Reply, summary_line
     from specli.engine import generate as engine_generate
@@ -137,7 +151,8 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
     try:
         prompt_tokens = rt.prompt_tokens(prompt)
         constraint = Constraint(grammar, rt.target.vocab) if grammar is not None else None
-        events = engine_generate(rt.target, prompt_tokens, rt.generation_config(), rt.drafter(),
+        predicted = rt.target.tokenize(prediction, add_special=False) if prediction else ()
+        events = engine_generate(rt.target, prompt_tokens, rt.generation_config(), rt.drafter(prediction=predicted),
                                  constraint=constraint)
         reply.follow(events, GenerationDashboard(Console(), color_draft=color_draft) if live else None, echo)
     except KeyboardInterrupt:
@@ -274,15 +289,30 @@ def serve(
                                             min=0.001)] = serve_defaults.DEFAULT_MAX_BODY_MIB,
     dashboard: Annotated[bool, typer.Option(help="Show the requests live in a table instead of log lines.")] = False,
     recalibrate: RecalibrateOpt = False,
+    cache_ram: Annotated[int | None, typer.Option(
+        help="MiB of RAM for saved conversations (the prompt cache); least recently used ones spill to disk. "
+             "Default: 8192, or half the memory left once the models load, whichever is less.",
+        min=0, show_default=False)] = None,
+    cache_dir: Annotated[Path | None, typer.Option(
+        help="Folder for the prompt cache's files, kept across restarts. Default: specli/prompt-cache in the "
+             "user cache folder.", show_default=False)] = None,
+    cache_disk: Annotated[int | None, typer.Option(
+        help="MiB of disk for the prompt cache's files. Default: 8192, or a quarter of the free space, "
+             "whichever is less.", min=0, show_default=False)] = None,
+    prompt_cache_disk: Annotated[bool, typer.Option(
+        "--prompt-cache-disk/--no-prompt-cache-disk", help="Keep saved conversations on disk too.")] = True,
     *,
     overrides: dict[str, Any],
 ) -> None:
     """Serve the pair over the OpenAI HTTP API."""
+    from specli.runtime.prompt_cache import CacheOptions
     from specli.serve.server import ServeOptions, run_serve
 
     s = profiles.resolve_settings(profile, overrides)
     cap = s.max_tokens if "max_tokens" in overrides or _profile_sets(profile, "max_tokens") else None
-    opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate)
+    cache = CacheOptions(cache_ram, cache_dir, cache_disk, prompt_cache_disk)
+    opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate,
+                        None if cache_ram == 0 and not prompt_cache_disk else cache)
     raise typer.Exit(run_serve(s, opts, err_console()))
 
 

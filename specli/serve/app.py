@@ -99,7 +99,8 @@ async def prometheus(request: HttpRequest) -> Response:
     served = _served(request)
     authorize(request, served.config.api_key)
     worker = served.worker
-    text = served.stats.prometheus(running=int(worker.running is not None), waiting=worker.n_waiting)
+    cache = worker.cache.stats if worker.cache is not None else None
+    text = served.stats.prometheus(running=int(worker.running is not None), waiting=worker.n_waiting, cache=cache)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

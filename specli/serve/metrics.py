@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specli.engine import metrics
+from specli.runtime.prompt_cache import CacheStats
 from specli.serve.worker import RequestRecord
 
 PREFIX = "specli:"  # vLLM's names under specli's own prefix (vLLM uses `vllm:`), so both can share a Prometheus
@@ -54,7 +56,7 @@ class ServerMetrics:
             self.queue_s += r.queue_s
             self.request_s += r.total_s
 
-    def prometheus(self, running: int, waiting: int) -> str:
+    def prometheus(self, running: int, waiting: int, cache: CacheStats | None = None) -> str:
         """Prometheus text exposition format 0.0.4."""
         lines: list[str] = []
 
@@ -92,7 +94,27 @@ class ServerMetrics:
             metric("queue_seconds_total", "counter", "Seconds requests waited in the queue.", [("", self.queue_s)])
             metric("request_seconds_total", "counter", "Seconds from arrival to the end of each request.",
                    [("", self.request_s)])
+        if cache is not None:
+            _cache_metrics(metric, cache)
         return "\n".join(lines) + "\n"
+
+
+def _cache_metrics(metric: Callable[[str, str, str, list[tuple[str, float]]], None], c: CacheStats) -> None:
+    metric("prompt_cache_hits_total", "counter", "Requests that restored a saved conversation.", [("", c.hits)])
+    metric("prompt_cache_misses_total", "counter", "Requests that found none better than the live cache.",
+           [("", c.misses)])
+    metric("prompt_cache_restored_tokens_total", "counter", "Prompt tokens restored from saved conversations.",
+           [("", c.restored_tokens)])
+    metric("prompt_cache_saves_total", "counter", "Conversations saved before a request replaced them.",
+           [("", c.saves)])
+    metric("prompt_cache_refused_total", "counter", "Saved states refused (corrupt, truncated, other models).",
+           [("", c.refused)])
+    metric("prompt_cache_entries", "gauge", "Saved conversations, by where they are held.",
+           [('{where="ram"}', c.ram_entries), ('{where="disk"}', c.disk_entries)])
+    metric("prompt_cache_bytes", "gauge", "Bytes of saved conversations, by where they are held.",
+           [('{where="ram"}', c.ram_bytes), ('{where="disk"}', c.disk_bytes)])
+    metric("prompt_cache_capacity_bytes", "gauge", "The caps: --cache-ram and --cache-disk.",
+           [('{where="ram"}', c.ram_cap), ('{where="disk"}', c.disk_cap)])
 
 
 def _num(v: float) -> str:

@@ -36,6 +36,7 @@ class Options:
     history: bool = True  # False: this request's output stays out of the history store
     return_tokens: bool = False
     grammar_drafts: bool | None = None  # under a grammar, draft the tokens it forces
+    prediction: str | None = None  # OpenAI's predicted output: a draft source
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ _UNSUPPORTED_UNLESS: dict[str, tuple[Any, ...]] = {
     "logprobs": (False, 0), "top_logprobs": (0,), "logit_bias": ({},),
     "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
     "functions": ([],), "function_call": ("none",), "modalities": (["text"],),
-    "audio": (), "prediction": (), "reasoning_effort": (), "web_search_options": (),
+    "audio": (), "reasoning_effort": (), "web_search_options": (),
 }
 _WHY = {
     "functions": "the deprecated functions API is not supported (use tools)",
@@ -68,9 +69,9 @@ _WHY = {
 }
 _CHAT_ONLY = frozenset({"messages", "max_completion_tokens", "stream_options", "tools", "tool_choice",
                         "parallel_tool_calls", "functions", "function_call", "response_format", "modalities",
-                        "audio", "prediction", "reasoning_effort", "web_search_options", "top_logprobs"})
+                        "audio", "reasoning_effort", "web_search_options", "top_logprobs"})
 _COMPLETION_ONLY = frozenset({"prompt", "echo", "suffix", "best_of"})
-_COMMON = frozenset({"model", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
+_COMMON = frozenset({"model", "prediction", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
                      "max_tokens", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
                      "presence_penalty", "user", "metadata", "store", "service_tier", "cache_prompt", "specli"})
 _SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens", "grammar_drafts")
@@ -88,7 +89,29 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise invalid(None, f"the request body is not valid JSON ({e})", "invalid_json") from None
     if not isinstance(body, dict):
         raise invalid(None, f"the request body must be a JSON object, got {_kind(body)}", "invalid_json")
+    if (where := _lone_surrogate(body, "")) is not None:
+        raise invalid(where or None, f"{where or 'a key'} holds a lone UTF-16 surrogate (\\ud800-\\udfff escape "
+                                     "without its pair), which is not text", "invalid_encoding")
     return body
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """The path of the first string holding a lone surrogate (JSON allows the escape;
+    UTF-8 has no such character), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, v in items:
+        if isinstance(key, str) and _lone_surrogate(key, where) is not None:
+            return where
+        path = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        if (found := _lone_surrogate(v, path)) is not None:
+            return found
+    return None
 
 
 def _no_constant(name: str) -> Any:
@@ -156,7 +179,17 @@ def _options(body: dict[str, Any], kind: str) -> Options:
     if seed is not None and not 0 <= seed < 2**63:
         raise invalid("seed", f"seed must be a non-negative 64-bit integer, got {seed}")
     spec = _specli(body.get("specli"))
-    return Options(max_tokens, temperature, top_p, top_k, min_p, seed, _stop(body.get("stop")), **spec)
+    return Options(max_tokens, temperature, top_p, top_k, min_p, seed, _stop(body.get("stop")), **spec,
+                   prediction=_prediction(body.get("prediction")))
+
+
+def _prediction(value: Any) -> str | None:
+    """OpenAI's `prediction`: {"type": "content", "content": str | [text parts]}."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "content":
+        raise invalid("prediction", 'prediction must be {"type": "content", "content": ...}', "invalid_type")
+    return _content(value.get("content"), "prediction.content") or None
 
 
 def _specli(value: Any) -> dict[str, Any]:

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from specli.drafters.ngram import PREDICTION
 from specli.engine import metrics
+from specli.runtime.prompt_cache import CacheUse
 from specli.serve.tools import ToolCall
 
 OpenAIFinish = Literal["stop", "length", "tool_calls"]
@@ -26,12 +28,18 @@ class Outcome:
     queue_s: float = 0.0  # waiting for the generation thread
     tokens: list[int] | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    cache: CacheUse | None = None
 
 
 def usage(c: metrics.Counters) -> dict[str, Any]:
+    """OpenAI's usage. Of a predicted output (a draft source here): its tokens drafted and
+    accepted, and those drafted and rejected."""
+    accepted = c.accepted_by.get(PREDICTION, 0)
     return {"prompt_tokens": c.n_prompt, "completion_tokens": c.n_generated,
             "total_tokens": c.n_prompt + c.n_generated,
-            "prompt_tokens_details": {"cached_tokens": c.n_prompt_reused}}
+            "prompt_tokens_details": {"cached_tokens": c.n_prompt_reused},
+            "completion_tokens_details": {"accepted_prediction_tokens": accepted,
+                                          "rejected_prediction_tokens": c.drafted_by.get(PREDICTION, 0) - accepted}}
 
 
 def timings(c: metrics.Counters) -> dict[str, Any]:
@@ -52,9 +60,12 @@ def specli_figures(out: Outcome) -> dict[str, Any]:
     fig: dict[str, Any] = {
         "drafted": c.n_drafted, "accepted": c.n_accepted, "acceptance_rate": metrics.acceptance_rate(c),
         "target_forwards": c.n_target_forwards, "tokens_per_forward": metrics.mean_accepted_length(c),
-        "drafter_steps": dict(c.drafter_steps), "decode_tokens_per_second": metrics.decode_tokens_per_second(c),
+        "drafter_steps": dict(c.drafter_steps), "drafted_by": dict(c.drafted_by), "accepted_by": dict(c.accepted_by),
+        "decode_tokens_per_second": metrics.decode_tokens_per_second(c),
         "time_to_first_token_s": c.t_first_token, "queue_s": out.queue_s, "finish_reason": out.specli_finish,
     }
+    if out.cache is not None:
+        fig["prompt_cache"] = out.cache.to_json()
     if out.tokens is not None:
         fig["tokens"] = out.tokens
     return fig

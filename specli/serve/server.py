@@ -20,6 +20,7 @@ from rich.console import Console
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, UsageError
 from specli.profiles import Settings
 from specli.runtime import Runtime
+from specli.runtime.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
 from specli.serve.metrics import ServerMetrics
@@ -44,6 +45,7 @@ class ServeOptions:
     dashboard: bool = False
     max_tokens_cap: int | None = None  # the server's --max-tokens, when one was given
     recalibrate: bool = False
+    cache: CacheOptions | None = CacheOptions()  # None: no prompt cache
 
 
 def is_local(host: str) -> bool:
@@ -113,7 +115,8 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
         if server is not None:
             server.should_exit = True
 
-    worker = Worker(s, o.queue, recalibrate=o.recalibrate, max_tokens_cap=o.max_tokens_cap, on_record=record,
+    worker = Worker(s, o.queue, recalibrate=o.recalibrate, max_tokens_cap=o.max_tokens_cap, cache=o.cache,
+                    on_record=record,
                     on_progress=dash.progress if dash is not None else (lambda job, c: None),
                     on_ready=ready, on_failed=failed)
     app = create_app(worker, stats, AppConfig(model_id, aliases, o.api_key, o.max_body))

@@ -40,6 +40,10 @@ def log_line(r: RequestRecord) -> str:
             f"gen {v['generated']} acceptance {v['acceptance']} {v['tok/forward']} tok/forward "
             f"decode {v['decode tok/s']} tok/s drafters [{v['drafters (steps)']}] queue {v['queue s']}s "
             f"total {v['total s']}s {r.finish}")
+    if r.cache is not None and (r.cache.entry or r.cache.saved):
+        restored = f" restored {r.cache.n_restored} from {r.cache.source} {r.cache.entry}" if r.cache.entry else ""
+        saved = f" saved {r.cache.saved}" if r.cache.saved else ""
+        text += f" cache:{saved}{restored} ({r.cache.seconds:.2f}s)"
     return text + (f": {r.error}" if r.error else "")
 
 

@@ -23,6 +23,7 @@ from specli.engine.grammar import Constraint, Grammar, tokenizer_for
 from specli.errors import SpecliError, UsageError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime, prompting
+from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.serve import errors
 from specli.serve.errors import ApiError, invalid
 from specli.serve.requests import Request
@@ -73,6 +74,7 @@ class RequestRecord:
     queue_s: float
     total_s: float
     error: str = ""
+    cache: CacheUse | None = None  # what the prompt cache did for it
 
 
 class Worker:
@@ -80,7 +82,7 @@ class Worker:
     `on_ready` once the pair is loaded and warm, `on_failed` if loading fails."""
 
     def __init__(self, settings: Settings, queue_max: int, *, recalibrate: bool = False,
-                 max_tokens_cap: int | None = None,
+                 max_tokens_cap: int | None = None, cache: CacheOptions | None = CacheOptions(),
                  on_record: Callable[[RequestRecord], None] = lambda r: None,
                  on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
                  on_ready: Callable[[Runtime], None] = lambda rt: None,
@@ -89,6 +91,8 @@ class Worker:
         self.queue_max = queue_max
         self.recalibrate = recalibrate
         self.max_tokens_cap = max_tokens_cap
+        self.cache_options = cache
+        self.cache: PromptCache | None = None  # opened with the runtime
         self.on_record, self.on_progress = on_record, on_progress
         self.on_ready, self.on_failed = on_ready, on_failed
         self.state: State = "loading"
@@ -185,6 +189,8 @@ class Worker:
             self.rt = open_runtime(self.settings, recalibrate=self.recalibrate)
             self.rt.learn_across = True  # each request starts from what the earlier ones showed
             self._warm_up(self.rt)
+            if self.cache_options is not None:
+                self.cache = open_prompt_cache(self.rt.target, self.rt.draft, self.cache_options)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
             self.state = "failed"
@@ -202,6 +208,9 @@ class Worker:
             while (job := self._next()) is not None:
                 self._serve(self.rt, job)
         finally:
+            if self.cache is not None:
+                with contextlib.suppress(Exception):  # a full disk loses the cache, not the models' close
+                    self.cache.close()
             self.rt.close()  # saves the history store and any corrected costs
 
     def _warm_up(self, rt: Runtime) -> None:
@@ -236,9 +245,11 @@ class Worker:
         job.t_start = time.perf_counter()
         counters = metrics.Counters(n_prompt=len(job.prompt))
         status, error, finish = 200, "", "cancelled"
+        use: CacheUse | None = None
         try:
             if not job.cancelled.is_set():  # its client left while it was being taken off the queue
-                counters, finish = self._generate(rt, job)
+                use = self.cache.prepare(job.prompt) if self.cache is not None else None
+                counters, finish = self._generate(rt, job, use)
         except SpecliError as e:
             err = errors.from_specli(e)
             status, error, finish = err.status, e.one_line(), "error"
@@ -254,12 +265,14 @@ class Worker:
             if finish == "cancelled":
                 status = errors.CLIENT_GONE.status
             self.on_record(RequestRecord(job.id, job.request.kind, status, counters, finish,
-                                         job.t_start - job.t_arrival, t_end - job.t_arrival, error))
+                                         job.t_start - job.t_arrival, t_end - job.t_arrival, error, use))
 
-    def _generate(self, rt: Runtime, job: Job) -> tuple[metrics.Counters, str]:
+    def _generate(self, rt: Runtime, job: Job, use: CacheUse | None) -> tuple[metrics.Counters, str]:
         s = job.settings
         config = replace(rt.generation_config(s), max_tokens=job.max_tokens)
-        drafter = rt.drafter(s, keep=job.request.options.history)
+        o = job.request.options
+        prediction = rt.target.tokenize(o.prediction, add_special=False) if o.prediction else ()
+        drafter = rt.drafter(s, keep=o.history, prediction=prediction)
         counters = metrics.Counters(n_prompt=len(job.prompt))
         parts: list[str] = []
         tokens: list[int] = []
@@ -295,7 +308,7 @@ class Worker:
             found[:len(calls.calls)] = calls.calls  # the ids already streamed
         reason: OpenAIFinish = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
         job.push(Outcome(text, reason, counters, finish, queue_s,
-                         tokens if job.request.options.return_tokens else None, found))
+                         tokens if job.request.options.return_tokens else None, found, use))
         return counters, finish
 
 
