@@ -61,15 +61,15 @@ class Result:
 
 
 class LlamaServer:
-    """llama.cpp's llama-server on 127.0.0.1 with one slot."""
+    """llama.cpp's llama-server on 127.0.0.1 with one slot (`slots=None`: its default)."""
 
     def __init__(self, bin_dir: Path, spec_type: str, target: Path, draft: Path | None, threads: int,
-                 ctx: int) -> None:
+                 ctx: int, slots: int | None = 1) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         argv = [str(bin_dir / "llama-server"), "-m", str(target), "-t", str(threads), "-tb", str(threads),
-                "-c", str(ctx), "-np", "1", "--port", str(self.port), "--host", "127.0.0.1", "--no-webui",
-                "--temp", "0"]
+                "-c", str(ctx), *(["-np", str(slots)] if slots is not None else []), "--port", str(self.port),
+                "--host", "127.0.0.1", "--no-webui", "--temp", "0"]
         if spec_type != "none":
             argv += ["--spec-type", spec_type]
         if spec_type == "draft-simple":
