@@ -209,8 +209,18 @@ BAD: list[tuple[str, str, Any, int, str | None]] = [
     ("n > 1", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "n": 3}, 400, "n"),
     ("tools", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                        "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
-    ("logprobs", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True},
-     400, "logprobs"),
+    ("top_logprobs without logprobs", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                               "top_logprobs": 2}, 400, "top_logprobs"),
+    ("top_logprobs too many", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                       "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs"),
+    ("logit_bias out of range", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                         "logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ("logit_bias past the vocabulary", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                                "logit_bias": {"99999999": 1}}, 400, "logit_bias"),
+    ("penalty out of range", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                      "presence_penalty": 3}, 400, "presence_penalty"),
+    ("lone surrogate", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a\\ud800"}]}', 400,
+     "messages[0].content"),
     ("unknown parameter", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "foo": 1},
      400, "foo"),
     ("bad drafter", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
@@ -316,3 +326,35 @@ def test_port_in_use(server: ServeProcess) -> None:
     code = srv.proc.wait(60)
     srv.stop()
     assert code == 2 and "cannot listen" in srv.log and "Traceback" not in srv.log
+
+
+def test_logprobs_logit_bias_and_penalties(client: Any, server: ServeProcess) -> None:
+    """The target's log-probabilities of each token, as OpenAI shapes them; a bias that
+    bans the first token changes it; penalties are honoured (no 400)."""
+    r = chat(client, "Name three colours.", max_tokens=12, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+    for e in content:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 2 and e.top_logprobs[0].token == e.token  # greedy
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob and bytes(e.bytes).decode() == e.token
+    text, chunks = stream_chat(client, "Name three colours.", max_tokens=12, logprobs=True)
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in content] and text == r.choices[0].message.content
+    done = client.completions.create(model=SMOL, prompt="def add(a, b):", max_tokens=8, temperature=0, logprobs=1)
+    lp = done.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == done.usage.completion_tokens
+    assert "".join(lp.tokens) == done.choices[0].text and lp.text_offset[0] == 0
+    banned = chat(client, "Name three colours.", max_tokens=12, logprobs=True,
+                  logit_bias={str(_first_token(server, r)): -100})
+    assert banned.choices[0].logprobs.content[0].token != content[0].token
+    assert chat(client, "Name three colours.", max_tokens=12, presence_penalty=1.5, frequency_penalty=1.0).choices
+
+
+def _first_token(server: ServeProcess, r: Any) -> int:
+    """The id of the first token of a response (asked again with return_tokens)."""
+    status, _, data = http("POST", server.base + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 1, "temperature": 0,
+        "specli": {"return_tokens": True}}, AUTH)
+    assert status == 200
+    return int(json.loads(data)["specli"]["tokens"][0])

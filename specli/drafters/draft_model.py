@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specli.engine.adjust import Adjust
 from specli.engine.grammar import Constraint
 from specli.engine.prefill import common_prefix_len
 from specli.engine.sampling import probs_from_logits, sample
@@ -44,11 +45,14 @@ class DraftModelDrafter(Drafter):
         draft_min: int = 0,
         sample_draft: bool = True,
         seed: int | None = None,
+        bias: Adjust = Adjust(),
     ) -> None:
         """`n_common`: rows are cut to the vocabulary both models share; `n_vocab_out`:
         q_draft is zero-padded to the target's size. `sample_draft`: at temperature > 0
-        draw drafts from q (else greedy drafts, a one-hot q: lossless too)."""
+        draw drafts from q (else greedy drafts, a one-hot q: lossless too). `bias`: the
+        request's logit bias, drafted under as the target is verified under it."""
         self.model = model
+        self.bias = Adjust(bias.bias)
         self.sampling = sampling
         self.n_common = n_common or model.n_vocab
         self.n_vocab_out = n_vocab_out or self.n_common
@@ -126,6 +130,8 @@ class DraftModelDrafter(Drafter):
     def _draft_one(self, logits: np.ndarray, c: Constraint | None, i: int, qs: list[np.ndarray | None]) -> int | None:
         """One drafted token from a row (masked under a grammar); None: stop drafting."""
         row = logits[: self.n_common]
+        if self.bias:
+            row = self.bias.biased(row)
         if c is not None:
             row = c.masked(row)
         if self.stochastic:

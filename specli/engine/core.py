@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specli.engine.adjust import Adjust, AdjustedRows, TokenLogprob, token_logprob
 from specli.engine.clock import StepClock
 from specli.engine.drafting import EMPTY, NOTHING, propose
 from specli.engine.grammar import Constraint, MaskedRows
@@ -35,6 +36,8 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     exact: bool = False  # verify in chunks bit-identical to one-token decoding
     grammar_drafts: bool = True  # under a grammar, draft the tokens it forces (with any drafter)
+    adjust: Adjust = Adjust()  # logit bias and penalties on the target's rows
+    logprobs: int | None = None  # the emitted tokens' log-probabilities, with this many alternatives
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Step:
     counters: Counters  # a snapshot after this step
     finish_reason: FinishReason | None = None
     stop_token: int | None = None  # the end-of-generation token, when one ended it
+    logprobs: list[TokenLogprob] | None = None  # of `tokens`, where asked
 
 
 def generate_steps(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
@@ -72,6 +76,7 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
            verification: _Verification) -> Generator[Step, None, None]:
     """The loop behind `generate_steps`; `history` (the prompt) grows as tokens are emitted."""
     check_prompt(history, target.n_ctx)
+    verification.history, verification.n_prompt = history, len(history)
     clock = StepClock(target, drafter, len(history))
     c = clock.counters
     constraint = verification.constraint
@@ -79,8 +84,9 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
     c.n_prompt_reused = prefill(target, history, drafter, history)
     verdict = verification.first(history[-1])
     clock.prefilled()
+    logprobs = verification.logprobs(EMPTY, verdict)
     emitted, reason = _emit(history, EMPTY, verdict, config.max_tokens, target, constraint)
-    yield _step(clock, target, emitted, 0, 0, "prefill", reason)
+    yield _step(clock, target, emitted, 0, 0, "prefill", reason, logprobs)
     while reason is None:
         clock.resumed()
         remaining = config.max_tokens - c.n_generated
@@ -97,6 +103,7 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
         clock.drafted()
         # 3. verify [last, d1..dk] in one target batch; the cache keeps the accepted prefix
         verdict = verification.verify(history[-1], draft)
+        logprobs = verification.logprobs(draft, verdict)
         emitted, reason = _emit(history, draft, verdict, remaining, target, constraint)
         verify_seconds = clock.verified()
         # 4. the drafter learns from the verdict
@@ -109,7 +116,7 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
         c.record_step(name, len(draft.tokens), n_accepted, len(emitted))
         c.n_forced += len(draft.forced_at)
         c.n_forced_accepted += sum(1 for i in draft.forced_at if i < n_accepted)
-        yield _step(clock, target, emitted, len(draft.tokens), n_accepted, name, reason)
+        yield _step(clock, target, emitted, len(draft.tokens), n_accepted, name, reason, logprobs)
 
 
 def _emit(history: list[int], draft: Draft, verdict: Verdict, remaining: int, target: LanguageModel,
@@ -124,13 +131,14 @@ def _emit(history: list[int], draft: Draft, verdict: Verdict, remaining: int, ta
 
 
 def _step(clock: StepClock, target: LanguageModel, emitted: list[int], n_drafted: int, n_accepted: int,
-          name: str, reason: FinishReason | None) -> Step:
+          name: str, reason: FinishReason | None, logprobs: list[TokenLogprob] | None = None) -> Step:
     """The step as yielded: the end-of-generation token taken out of its tokens, the
     counters stamped after it."""
     emitted = list(emitted)
     stop_token = emitted.pop() if reason == FINISH_STOP and emitted and target.is_eog(emitted[-1]) else None
     counters = clock.stamp(len(emitted))
-    return Step(emitted, n_drafted, min(n_accepted, len(emitted)), name, counters, reason, stop_token)
+    return Step(emitted, n_drafted, min(n_accepted, len(emitted)), name, counters, reason, stop_token,
+                logprobs[: len(emitted)] if logprobs is not None else None)
 
 
 class _Verification:
@@ -143,7 +151,22 @@ class _Verification:
         self.target, self.config, self.verifier, self.constraint = target, config, verifier, constraint
         self.rng = np.random.default_rng(config.sampling.seed)
         self.in_graph = (target.device_argmax and verifier is verify_step and config.sampling.greedy
-                         and not config.exact and constraint is None)
+                         and not config.exact and constraint is None and not config.adjust
+                         and config.logprobs is None)
+        self.history: list[int] = []  # the generation's, from its prompt (set by the loop)
+        self.n_prompt = 0
+        self._rows: Rows | None = None  # the last rows judged
+
+    def logprobs(self, draft: Draft, verdict: Verdict) -> list[TokenLogprob] | None:
+        """The verdict's tokens' log-probabilities under the rows they were judged on (token
+        j comes from row j), where the generation asks for them; read before the grammar
+        settles on them."""
+        n_top = self.config.logprobs
+        if n_top is None or self._rows is None:
+            return None
+        rows = self._rows
+        tokens = [*draft.tokens[: verdict.n_accepted], verdict.next_token]
+        return [token_logprob(rows[j], t, n_top) for j, t in enumerate(tokens)]
 
     def first(self, last_prompt_token: int) -> Verdict:
         """The first token, from the last prompt token's row."""
@@ -167,8 +190,11 @@ class _Verification:
         return verdict
 
     def _judge(self, draft: Draft, rows: Rows) -> Verdict:
+        if self.config.adjust:
+            rows = AdjustedRows(rows, self.config.adjust, self.history[self.n_prompt :], draft.tokens)
         if self.constraint is not None:
             rows = MaskedRows(rows, self.constraint, draft.tokens)
+        self._rows = rows
         return self.verifier(draft, rows, self.config.sampling, self.rng)
 
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from specli.engine.adjust import TokenLogprob
 from specli.engine.core import FINISH_STOP, GenerationConfig, Step, generate_steps
 from specli.engine.grammar import Constraint
 from specli.engine.metrics import Counters
@@ -30,6 +31,7 @@ class StepEvent:
     counters: Counters
     finish_reason: FinishReason | None = None
     stop_token: int | None = None  # the end-of-generation token, when one ended it
+    logprobs: list[TokenLogprob] | None = None  # of `tokens`, where asked
 
 
 class _Segments:
@@ -84,7 +86,7 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
         t_text += clock() - t0
         step.counters.t_text = t_text  # this step's own snapshot: the text layer's share of t_outside
         yield StepEvent(tokens, safe, shown, [True] * n + [False] * (len(tokens) - n), step.n_drafted, n,
-                        step.drafter, step.counters, reason, step.stop_token)
+                        step.drafter, step.counters, reason, step.stop_token, step.logprobs)
         if reason is not None:
             return
 
@@ -107,6 +109,7 @@ class GenerationResult:
     finish_reason: FinishReason | None = None
     counters: Counters = field(default_factory=Counters)
     from_draft: list[bool] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None  # where the config asks for them
 
 
 def run(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig = GenerationConfig(),
@@ -118,6 +121,8 @@ def run(target: LanguageModel, prompt: Sequence[int], config: GenerationConfig =
     for ev in generate(target, prompt, config, drafter, verifier, constraint):
         out.tokens.extend(ev.tokens)
         out.from_draft.extend(ev.from_draft)
+        if ev.logprobs is not None:
+            out.logprobs = (out.logprobs or []) + ev.logprobs
         parts.append(ev.text)
         out.counters = ev.counters
         out.finish_reason = ev.finish_reason

@@ -33,6 +33,7 @@ from specli.drafters import (
 )
 from specli.drafters.auto.costs import DRIFT, CostModel
 from specli.engine import GenerationConfig
+from specli.engine.adjust import Adjust
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
 from specli.profiles import Settings, needs_draft_model, reads_history
@@ -95,12 +96,13 @@ class Runtime:
         return rt
 
     def drafter(self, s: Settings | None = None, history: SuffixIndex | None = None,
-                keep: bool = True, prediction: Sequence[int] = ()) -> Drafter | None:
+                keep: bool = True, prediction: Sequence[int] = (), bias: Adjust = Adjust()) -> Drafter | None:
         """The drafter for settings `s` (default: the runtime's own). Suffix and auto
         draft from `history`, or by default from this vocabulary's history store;
         `keep=False` drafts from it but keeps this generation's output out of it. The
         n-gram lookup (in ngram, suffix, hybrid and auto) also drafts from `prediction`,
-        the tokens the output is expected to repeat."""
+        the tokens the output is expected to repeat. A draft model drafts under `bias`
+        (a request's logit bias)."""
         s = s or self.settings
         if s.drafter == "none" or s.draft_max == 0:
             return None
@@ -111,14 +113,14 @@ class Runtime:
         if s.drafter == "suffix":
             return suffix or ngram
         if s.drafter == "auto":
-            model = self._draft_model_drafter(s) if self.draft is not None else None
+            model = self._draft_model_drafter(s, bias) if self.draft is not None else None
             return AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s),
                                ledger=s.auto_ledger)
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
         if s.drafter == "hybrid":
-            return HybridDrafter(self._draft_model_drafter(s), ngram)
-        return self._draft_model_drafter(s)
+            return HybridDrafter(self._draft_model_drafter(s, bias), ngram)
+        return self._draft_model_drafter(s, bias)
 
     def learned(self, s: Settings) -> Learned | None:
         """auto's acceptance so far under settings that draft alike (None: start afresh)."""
@@ -160,7 +162,7 @@ class Runtime:
         self._history.save()
         self.notes.extend(self._history.notes[n_notes:])
 
-    def _draft_model_drafter(self, s: Settings) -> DraftModelDrafter:
+    def _draft_model_drafter(self, s: Settings, bias: Adjust = Adjust()) -> DraftModelDrafter:
         assert self.draft is not None
         return DraftModelDrafter(
             self.draft,
@@ -169,6 +171,7 @@ class Runtime:
             n_vocab_out=self.target.n_vocab,
             draft_p_min=s.draft_p_min,
             draft_min=s.draft_min,
+            bias=bias,
         )
 
     def calibration_key(self) -> str:

@@ -233,6 +233,7 @@ async def _events(ids: Ids, req: Request, queue: asyncio.Queue[Pushed]) -> Async
     chunk with the finish reason and figures, the usage chunk if asked, then [DONE]. An
     error after the stream began is an `error` event."""
     first = True
+    offset = 0  # of the text so far: the completions API's logprobs text_offset
     while True:
         item = await queue.get()
         if isinstance(item, ApiError):
@@ -240,8 +241,10 @@ async def _events(ids: Ids, req: Request, queue: asyncio.Queue[Pushed]) -> Async
             break
         if isinstance(item, Delta):
             text = item.text if item.text or not item.calls else None
+            logprobs = responses.logprobs_object(req.kind, item.logprobs, offset)
             yield responses.sse(responses.chunk(ids, req.kind, text, first=first, include_usage=req.include_usage,
-                                                calls=item.calls))
+                                                calls=item.calls, logprobs=logprobs))
+            offset += len(item.text)
             first = False
             continue
         if first and req.kind == "chat":

@@ -37,6 +37,10 @@ class Options:
     return_tokens: bool = False
     grammar_drafts: bool | None = None  # under a grammar, draft the tokens it forces
     prediction: str | None = None  # OpenAI's predicted output: a draft source
+    logprobs: int | None = None  # None: none returned; else the emitted tokens' and this many alternatives
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,6 @@ class Request:
 # parameters specli cannot honour: accepted only at the value that asks for nothing
 _UNSUPPORTED_UNLESS: dict[str, tuple[Any, ...]] = {
     "n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",),
-    "logprobs": (False, 0), "top_logprobs": (0,), "logit_bias": ({},),
-    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
     "functions": ([],), "function_call": ("none",), "modalities": (["text"],),
     "audio": (), "reasoning_effort": (), "web_search_options": (),
 }
@@ -65,8 +67,8 @@ _WHY = {
     "functions": "the deprecated functions API is not supported (use tools)",
     "function_call": "the deprecated functions API is not supported (use tool_choice)",
     "n": "one choice per request only", "best_of": "one choice per request only",
-    "logprobs": "log probabilities are not returned", "top_logprobs": "log probabilities are not returned",
 }
+MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}  # OpenAI's caps
 _CHAT_ONLY = frozenset({"messages", "max_completion_tokens", "stream_options", "tools", "tool_choice",
                         "parallel_tool_calls", "functions", "function_call", "response_format", "modalities",
                         "audio", "reasoning_effort", "web_search_options", "top_logprobs"})
@@ -180,7 +182,51 @@ def _options(body: dict[str, Any], kind: str) -> Options:
         raise invalid("seed", f"seed must be a non-negative 64-bit integer, got {seed}")
     spec = _specli(body.get("specli"))
     return Options(max_tokens, temperature, top_p, top_k, min_p, seed, _stop(body.get("stop")), **spec,
-                   prediction=_prediction(body.get("prediction")))
+                   prediction=_prediction(body.get("prediction")), logprobs=_logprobs(body, kind),
+                   logit_bias=_logit_bias(body.get("logit_bias")), presence_penalty=_penalty(body, "presence_penalty"),
+                   frequency_penalty=_penalty(body, "frequency_penalty"))
+
+
+def _penalty(body: dict[str, Any], key: str) -> float:
+    v = _opt_num(body, key)
+    if v is not None and not -2 <= v <= 2:
+        raise invalid(key, f"{key} must be between -2 and 2, got {v}")
+    return v or 0.0
+
+
+def _logprobs(body: dict[str, Any], kind: str) -> int | None:
+    """Chat: logprobs true, top_logprobs 0-20. Completions: logprobs 0-5 alternatives."""
+    cap = MAX_TOP_LOGPROBS[kind]
+    if kind == "completion":
+        n = _opt_int(body, "logprobs")
+        if n is not None and not 0 <= n <= cap:
+            raise invalid("logprobs", f"logprobs must be between 0 and {cap}, got {n}")
+        return n
+    top = _opt_int(body, "top_logprobs")
+    if top is not None and not 0 <= top <= cap:
+        raise invalid("top_logprobs", f"top_logprobs must be between 0 and {cap}, got {top}")
+    if not _opt_bool(body, "logprobs"):
+        if top:
+            raise invalid("top_logprobs", "top_logprobs needs logprobs: true")
+        return None
+    return top or 0
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """{"token id": bias in [-100, 100]}; whether the ids exist is the worker's check."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise invalid("logit_bias", f"logit_bias must be an object of token ids to numbers, got {_kind(value)}",
+                      "invalid_type")
+    out = []
+    for key, v in value.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise invalid("logit_bias", f"logit_bias keys must be token ids (digits), got {key!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
+            raise invalid("logit_bias", f"logit_bias[{key}] must be a number between -100 and 100, got {json.dumps(v)}")
+        out.append((int(key), float(v)))
+    return tuple(out)
 
 
 def _prediction(value: Any) -> str | None:

@@ -5,12 +5,13 @@ Pure: no models, no HTTP."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from specli.drafters.ngram import PREDICTION
 from specli.engine import metrics
+from specli.engine.adjust import TokenLogprob
 from specli.runtime.prompt_cache import CacheUse
 from specli.serve.tools import ToolCall
 
@@ -29,6 +30,33 @@ class Outcome:
     tokens: list[int] | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     cache: CacheUse | None = None
+    logprobs: list[dict[str, Any]] | None = None  # chat-shaped entries (logprob_entries), where asked
+
+
+def logprob_entries(lps: Sequence[TokenLogprob], piece: Callable[[int], bytes]) -> list[dict[str, Any]]:
+    """OpenAI's chat logprobs entries: each token's text, bytes and log-probability, and
+    its row's likeliest alternatives."""
+    def one(token: int, logprob: float) -> dict[str, Any]:
+        raw = piece(token)
+        return {"token": raw.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(raw)}
+
+    return [{**one(lp.token, lp.logprob), "top_logprobs": [one(t, v) for t, v in lp.top]} for lp in lps]
+
+
+def logprobs_object(kind: str, entries: list[dict[str, Any]] | None, offset: int = 0) -> dict[str, Any] | None:
+    """A choice's `logprobs`: chat's {"content": entries}, or the completions API's
+    {"tokens", "token_logprobs", "top_logprobs", "text_offset"} (offsets from `offset`)."""
+    if entries is None:
+        return None
+    if kind == "chat":
+        return {"content": entries, "refusal": None}
+    offsets, at = [], offset
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "text_offset": offsets}
 
 
 def usage(c: metrics.Counters) -> dict[str, Any]:
@@ -84,7 +112,8 @@ class Ids:
 def chat_response(ids: Ids, out: Outcome) -> dict[str, Any]:
     return {"id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
             "system_fingerprint": ids.fingerprint,
-            "choices": [{"index": 0, "message": _message(out), "logprobs": None, "finish_reason": out.finish_reason}],
+            "choices": [{"index": 0, "message": _message(out), "logprobs": logprobs_object("chat", out.logprobs),
+                         "finish_reason": out.finish_reason}],
             "usage": usage(out.counters), "timings": timings(out.counters), "specli": specli_figures(out)}
 
 
@@ -99,12 +128,14 @@ def _message(out: Outcome) -> dict[str, Any]:
 def completion_response(ids: Ids, out: Outcome) -> dict[str, Any]:
     return {"id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
             "system_fingerprint": ids.fingerprint,
-            "choices": [{"index": 0, "text": out.text, "logprobs": None, "finish_reason": out.finish_reason}],
+            "choices": [{"index": 0, "text": out.text, "logprobs": logprobs_object("completion", out.logprobs),
+                         "finish_reason": out.finish_reason}],
             "usage": usage(out.counters), "timings": timings(out.counters), "specli": specli_figures(out)}
 
 
 def chunk(ids: Ids, kind: str, text: str | None, *, first: bool = False, out: Outcome | None = None,
-          include_usage: bool = False, calls: Sequence[tuple[int, ToolCall]] = ()) -> dict[str, Any]:
+          include_usage: bool = False, calls: Sequence[tuple[int, ToolCall]] = (),
+          logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One streamed chunk: text (`first` adds the assistant role), finished tool calls
     (`calls`: (index, ToolCall)), or the last one (`out`: its finish reason, timings and
     specli figures)."""
@@ -120,7 +151,7 @@ def chunk(ids: Ids, kind: str, text: str | None, *, first: bool = False, out: Ou
         choice["delta"] = delta
     else:
         choice["text"] = text or ""
-    choice["logprobs"] = None
+    choice["logprobs"] = logprobs
     choice["finish_reason"] = out.finish_reason if out is not None else None
     obj: dict[str, Any] = {"id": ids.id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
                            "created": ids.created, "model": ids.model, "system_fingerprint": ids.fingerprint,

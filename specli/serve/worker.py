@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from specli.engine import FINISH_STOP, generate, metrics
+from specli.engine.adjust import Adjust
 from specli.engine.grammar import Constraint, Grammar, tokenizer_for
 from specli.errors import SpecliError, UsageError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
@@ -27,7 +28,7 @@ from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, ope
 from specli.serve import errors
 from specli.serve.errors import ApiError, invalid
 from specli.serve.requests import Request
-from specli.serve.responses import OpenAIFinish, Outcome
+from specli.serve.responses import OpenAIFinish, Outcome, logprob_entries
 from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls, tool_grammar
 
 State = Literal["loading", "ready", "failed", "stopping"]
@@ -41,6 +42,7 @@ class Delta:
 
     text: str
     calls: tuple[tuple[int, ToolCall], ...] = ()  # (index in the answer, call)
+    logprobs: list[dict[str, Any]] | None = None  # of the tokens since the last delta, where asked
 
 
 Pushed = Delta | Outcome | ApiError  # what a job hands its request's reader
@@ -140,6 +142,8 @@ class Worker:
         n_ctx = rt.target.n_ctx
         if len(prompt) >= n_ctx:
             raise errors.prompt_too_long(len(prompt), n_ctx, "messages" if request.kind == "chat" else "prompt")
+        if any(t >= rt.target.n_vocab for t, _ in o.logit_bias):
+            raise invalid("logit_bias", f"logit_bias names a token id past this model's {rt.target.n_vocab} tokens")
         if o.max_tokens is not None and o.max_tokens > n_ctx:
             raise invalid("max_tokens", f"max_tokens is {o.max_tokens} but the context holds only {n_ctx} tokens")
         max_tokens = o.max_tokens or self.max_tokens_cap or n_ctx
@@ -269,10 +273,13 @@ class Worker:
 
     def _generate(self, rt: Runtime, job: Job, use: CacheUse | None) -> tuple[metrics.Counters, str]:
         s = job.settings
-        config = replace(rt.generation_config(s), max_tokens=job.max_tokens)
         o = job.request.options
+        adjust = Adjust(o.logit_bias, o.presence_penalty, o.frequency_penalty)
+        config = replace(rt.generation_config(s), max_tokens=job.max_tokens, adjust=adjust, logprobs=o.logprobs)
         prediction = rt.target.tokenize(o.prediction, add_special=False) if o.prediction else ()
-        drafter = rt.drafter(s, keep=o.history, prediction=prediction)
+        drafter = rt.drafter(s, keep=o.history, prediction=prediction, bias=adjust)
+        lps: list[dict[str, Any]] | None = [] if o.logprobs is not None else None
+        pending: list[dict[str, Any]] = []  # logprobs of tokens whose text is held back
         counters = metrics.Counters(n_prompt=len(job.prompt))
         parts: list[str] = []
         tokens: list[int] = []
@@ -285,15 +292,22 @@ class Worker:
             for ev in events:
                 counters, finish = ev.counters, ev.finish_reason
                 tokens.extend(ev.tokens)
+                if lps is not None and ev.logprobs:
+                    pending += logprob_entries(ev.logprobs, rt.target.vocab.piece)
                 if ev.text:
                     parts.append(ev.text)
                     if calls is None:
-                        job.push(Delta(ev.text))
+                        job.push(Delta(ev.text, logprobs=pending if lps is not None else None))
+                        if lps is not None:
+                            lps, pending = lps + pending, []
                     else:
                         n_before = len(calls.calls)
                         content, new = calls.push(ev.text)
                         if content or new:
-                            job.push(Delta(content, tuple(enumerate(new, n_before))))
+                            job.push(Delta(content, tuple(enumerate(new, n_before)),
+                                           pending if lps is not None else None))
+                            if lps is not None:
+                                lps, pending = lps + pending, []
                 self.on_progress(job, counters)
                 if finish is None and (job.cancelled.is_set() or self.state != "ready"):
                     finish = "cancelled" if job.cancelled.is_set() else "terminated"
@@ -307,8 +321,8 @@ class Worker:
             text, found = parse_calls(text, calls.names)
             found[:len(calls.calls)] = calls.calls  # the ids already streamed
         reason: OpenAIFinish = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
-        job.push(Outcome(text, reason, counters, finish, queue_s,
-                         tokens if job.request.options.return_tokens else None, found, use))
+        job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
+                         lps + pending if lps is not None else None))
         return counters, finish
 
 
