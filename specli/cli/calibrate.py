@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from specli.drafters.auto.costs import SHAPE_DRIFT, interpolate
-from specli.runtime.calibration import Calibration, why_provisional
+from specli.runtime.calibration import CONTEXT_SIZES, Calibration, why_provisional
+from specli.runtime.wiring import CALIBRATION_CONTEXT
 
 
 def show(console: Console, cal: Calibration, key: str, exact: bool) -> None:
@@ -15,10 +16,27 @@ def show(console: Console, cal: Calibration, key: str, exact: bool) -> None:
     for n, r in zip(cal.sizes, cal.ratios):
         t.add_row(str(n), f"{r:.2f}", f"{n / r:.2f}x")
     console.print(t)
+    if cal.contexts:
+        console.print(context_table(cal))
     chunk = f"largest bit-exact chunk = {cal.exact_batch}; " if exact else ""
     console.print(f"plain step t1 = {cal.t1 * 1000:.1f} ms; draft token = {cal.draft_ratio:.2f} steps; {chunk}"
                   f"batch logit noise <= {cal.max_logit_diff:.3g} (near-tie bound {cal.tie_bound:.3g}); "
                   f"measured {cal.measured}{_busy(cal)}", highlight=False)
+
+
+def context_table(cal: Calibration) -> Table:
+    """The batch curve along the context axis: plain steps per batch (ceiling n / cost)."""
+    t = Table("cached tokens", "plain step", *(f"batch of {n}" for n in CONTEXT_SIZES),
+              title="batch cost by context (plain steps at that context; ceiling n / cost)")
+    t.add_row(f"~{CALIBRATION_CONTEXT}", f"{cal.t1 * 1000:.1f} ms",
+              *(_cell(n, interpolate(cal.sizes, cal.ratios, n)) for n in CONTEXT_SIZES))
+    for ctx, t1, row in zip(cal.contexts, cal.context_t1, cal.context_ratios):
+        t.add_row(str(ctx), f"{t1 * 1000:.1f} ms", *(_cell(n, r) for n, r in zip(CONTEXT_SIZES, row)))
+    return t
+
+
+def _cell(n: int, r: float) -> str:
+    return f"{r:.2f} ({n / r:.2f}x)"
 
 
 def _busy(cal: Calibration) -> str:

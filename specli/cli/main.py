@@ -231,6 +231,8 @@ def calibrate(
     try:
         key = rt.calibration_key()
         # --check reads the table as stored, provisional or not (opening it may measure it again)
+        if not check:
+            rt.costs(s)  # the batch curve along the context axis too
         cal = (load_calibration(key) if check else None) or rt.calibration()
         if check:
             t1_now, now = quick_probe(rt.target, rt.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])

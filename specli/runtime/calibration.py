@@ -24,7 +24,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,11 @@ class Calibration:
     # what the last run observed at short context (CostModel.observed: t1, t1_off, sizes,
     # ratios), when ("at") and whether it corrected the table ("corrected")
     observed: dict[str, Any] = field(default_factory=dict)
+    # the batch curve at longer contexts: context_ratios[c][j], a batch of CONTEXT_SIZES[j]
+    # tokens over contexts[c] cached tokens, in plain steps at that context
+    contexts: list[int] = field(default_factory=list)
+    context_ratios: list[list[float]] = field(default_factory=list)
+    context_t1: list[float] = field(default_factory=list)  # a plain step there, seconds
 
     @property
     def tie_bound(self) -> float:
@@ -216,6 +221,52 @@ def measure_idle(target: LanguageModel, draft: LanguageModel | None, context: Se
 
 
 CHECK_SIZES = (2, 4, 8, 16, 33)
+CONTEXT_SIZES = CHECK_SIZES  # the batch sizes timed at longer contexts
+
+
+def context_points(n_ctx: int) -> list[int]:
+    """The cached-token counts the batch curve is measured at beyond the calibration's
+    own: a quarter, half and all of the context (room left for the largest batch)."""
+    room = n_ctx - max(SIZES) - 8
+    points = {n_ctx // 4, n_ctx // 2, room}
+    return sorted(p for p in points if 4 * CALIBRATION_CONTEXT_MIN <= p <= room)
+
+
+CALIBRATION_CONTEXT_MIN = 128  # below 4x this many tokens a context costs what the calibration's does
+
+
+def measure_contexts(target: LanguageModel, context: Sequence[int], points: Sequence[int]
+                     ) -> tuple[list[int], list[list[float]], list[float]]:
+    """t1 and the batch curve at CONTEXT_SIZES over each of `points` cached tokens (the
+    cache filled once with `context` repeated, growing point by point): attention grows
+    with rows x context, so long batches cost more plain steps at long context."""
+    filler = list(context) * (max(points) // max(1, len(context)) + 2)
+    probe = filler[1 : 1 + max(CONTEXT_SIZES)]
+    target.rollback(0)
+    ratios, t1s = [], []
+    for p in points:
+        target.decode(filler[target.n_past : p])
+        t1_before = statistics.median(_one_token_rows(target, p, probe[:T1_AGAIN_ROWS])[1])
+        seconds = []
+        for n in CONTEXT_SIZES:
+            _time_batch(target, p, probe[:n])  # warms the size's output buffer
+            seconds.append(min(_time_batch(target, p, probe[:n])[0] for _ in range(TIMED_PASSES + 1)))
+        # noise only adds time: the quicker of t1 before and after the batches
+        t1 = min(t1_before, statistics.median(_one_token_rows(target, p, probe[:T1_AGAIN_ROWS])[1]))
+        ratios.append([s / t1 for s in seconds])
+        t1s.append(t1)
+    target.rollback(0)
+    return list(points), ratios, t1s
+
+
+def with_contexts(cal: Calibration, target: LanguageModel, context: Sequence[int]) -> Calibration | None:
+    """`cal` with its curve measured at this context's points, where the context is long
+    and they are not measured yet (None: nothing to add)."""
+    points = context_points(target.n_ctx)
+    if not points or (cal.contexts and max(cal.contexts) >= points[-1]):
+        return None
+    contexts, ratios, t1s = measure_contexts(target, context, points)
+    return replace(cal, contexts=contexts, context_ratios=ratios, context_t1=t1s)
 
 
 def quick_probe(target: LanguageModel, context: Sequence[int]) -> tuple[float, dict[int, float]]:

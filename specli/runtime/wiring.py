@@ -31,14 +31,14 @@ from specli.drafters import (
     NgramDrafter,
     SuffixDrafter,
 )
-from specli.drafters.auto.costs import DRIFT, CostModel
+from specli.drafters.auto.costs import DRIFT, CostModel, interpolate
 from specli.engine import GenerationConfig
 from specli.engine.adjust import Adjust
 from specli.errors import ModelError, UsageError
 from specli.history import HistoryStore, SuffixIndex
 from specli.profiles import Settings, needs_draft_model, reads_history
 from specli.runtime import calibration, prompting
-from specli.runtime.calibration import Calibration
+from specli.runtime.calibration import CONTEXT_SIZES, Calibration
 from specli.runtime.pair import check_pair
 from specli.types import Drafter
 
@@ -203,10 +203,27 @@ class Runtime:
         """The cost model for settings `s`, refined online by every run of this runtime."""
         s = s or self.settings
         if s.verify not in self._costs:
-            cal = self.calibration()
+            cal = self._with_contexts(self.calibration())
             chunk = cal.exact_batch if s.verify == "exact" else None
-            self._costs[s.verify] = CostModel(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk)
+            growth = [[r / interpolate(cal.sizes, cal.ratios, n) for n, r in zip(CONTEXT_SIZES, row)]
+                      for row in cal.context_ratios]
+            self._costs[s.verify] = CostModel(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk,
+                                              contexts=list(cal.contexts), growth_sizes=list(CONTEXT_SIZES),
+                                              growth=growth)
         return self._costs[s.verify]
+
+    def _with_contexts(self, cal: Calibration) -> Calibration:
+        """The calibration with its batch curve measured up to this context's length (once
+        per context length, stored): auto prices a batch by its rows and the context."""
+        context = self.target.tokenize(CALIBRATION_TEXT)
+        longer = calibration.with_contexts(cal, self.target, context)
+        if longer is None:
+            return cal
+        self.notes.append(f"measured batch costs at {', '.join(map(str, longer.contexts))} cached tokens "
+                          "(once for this context length)")
+        self._calibration = longer
+        calibration.store(self.calibration_key(), longer)
+        return longer
 
     def save_costs(self) -> None:
         """Store what this run observed of the costs at short context (`specli calibrate

@@ -133,6 +133,14 @@ class CostModel:
     chunk: int | None = None
     level: float = 1.0  # online correction of every batch ratio (n >= 2)
     ngram_step: float = 2e-5
+    # the batch curve's growth with the context a batch attends to: growth[c][j] is a batch
+    # of growth_sizes[j] tokens over contexts[c] cached tokens in plain steps there, over
+    # the table's ratio (1 at the table's own short context; linear in the context past
+    # the last point, as attention is)
+    contexts: list[int] = field(default_factory=list)
+    growth_sizes: list[int] = field(default_factory=list)
+    growth: list[list[float]] = field(default_factory=list)
+    context: int = 0  # cached tokens the batches priced next attend to (auto sets it each step)
     drifted: bool = False  # observations disagreed with the table: store the corrected one
     corrections: int = 0  # times the table's level or t1 was corrected for drift
     _t1: Ema = field(init=False, repr=False)
@@ -151,6 +159,27 @@ class CostModel:
     def __post_init__(self) -> None:
         self._t1 = Ema(self.t1, 0.2)
         self._t1_table = Ema(self.t1, 0.2)
+        self._growth_at: dict[tuple[int, int], np.ndarray] = {}
+
+    def growth_at(self, n_max: int, context: int | None = None) -> np.ndarray:
+        """The growth factor of batches of 1..n_max tokens at `context` cached tokens
+        (default: the current one); all 1 without a measured context axis."""
+        ctx = self.context if context is None else context
+        if not self.contexts or ctx <= 0:
+            return np.ones(n_max)
+        key = (ctx // 64, n_max)
+        if key not in self._growth_at:
+            if len(self._growth_at) > 512:
+                self._growth_at.clear()
+            ns = np.arange(1, n_max + 1, dtype=np.float64)
+            sizes = [1, *self.growth_sizes]
+            rows = [np.ones(n_max), *(np.interp(ns, sizes, [1.0, *g]) for g in self.growth)]
+            points = [0, *self.contexts]
+            i = min(max(1, int(np.searchsorted(points, ctx))), len(points) - 1)  # the segment holding ctx
+            lo, hi = points[i - 1], points[i]
+            w = (ctx - lo) / (hi - lo)  # past the last point: the last segment goes on
+            self._growth_at[key] = np.maximum(0.5, rows[i - 1] + w * (rows[i] - rows[i - 1]))
+        return self._growth_at[key]
 
     @classmethod
     def from_measured(cls, verify: Sequence[float], draft_step: float) -> CostModel:
@@ -181,7 +210,7 @@ class CostModel:
         calibration measured."""
         if n <= 1:
             return 1.0
-        table = interpolate(self.sizes, self.ratios, n)
+        table = interpolate(self.sizes, self.ratios, n) * float(self.growth_at(n)[-1])
         return max(1.0, table * (self._fits.at(n) if self._fits else self.level))
 
     def batch_ratios(self, n_max: int) -> np.ndarray:
@@ -196,7 +225,7 @@ class CostModel:
             table = self.ratios[0] * ns / sizes[0]
         # flat beyond the sizes seen
         fix = np.interp(ns, self._fits.sizes, self._fits.values) if self._fits else np.full(n_max, self.level)
-        out = np.maximum(1.0, table * fix)
+        out = np.maximum(1.0, table * fix * self.growth_at(n_max))
         out[0] = 1.0
         return out
 
@@ -228,9 +257,11 @@ class CostModel:
             return
         self._since_plain += 1
         batches = self.decoded_batches(k, n_accepted)
-        raw = sum(interpolate(self.sizes, self.ratios, n) for n in batches) * self.level * self.step
+        grown = self.growth_at(k + 1, context)  # the table as it stands at this context
+        raw = sum(interpolate(self.sizes, self.ratios, n) * grown[n - 1] for n in batches) * self.level * self.step
         if self.chunk is None:
-            self._observe_shape(k + 1, seconds / self.step / interpolate(self.sizes, self.ratios, k + 1), context)
+            table = interpolate(self.sizes, self.ratios, k + 1) * grown[k]
+            self._observe_shape(k + 1, seconds / self.step / table, context)
         off = seconds / max(raw, self.step * len(batches))  # against the table as priced without memory
         fix = seconds / raw if raw > 0 else 1.0  # against the table itself (it may be below 1)
         if off > DRIFT or off < 1 / DRIFT:

@@ -107,6 +107,7 @@ class AutoDrafter(Drafter):
             self.suffix.track(history)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
+        self.costs.context = len(history)  # batches are priced by the context they attend to
         available: dict[str, int] = {}
         lookups: dict[str, Draft] = {}
         if self.ngram is not None:  # a slice of the history: cut below to what it may draft
