@@ -206,3 +206,20 @@ def test_bar_and_table() -> None:
     con = recording()
     con.print(stats_table(Counters()))
     assert "0.0%" in con.export_text()
+
+
+def test_save_and_load_a_conversation_by_name(rt: Runtime) -> None:
+    """/save NAME keeps the turns and both KV caches; after /reset and another chat,
+    /load NAME brings them back, and the next turn prefills only its own message."""
+    con = recording()
+    chat = ChatSession(rt, con)
+    chat.run(feed(["/system Be terse.", "Name a colour.", "And another one?", "/save colours", "/reset",
+                   "What is 2 + 2?", "/load colours", "/load nothing-kept", "/exit"]))
+    out = con.export_text()
+    assert "kept the conversation as 'colours' (2 turns" in out and "back in 'colours': 2 turns" in out
+    assert "no conversation 'nothing-kept' kept (kept: colours" in out
+    assert [t.user for t in chat.turns] == ["Name a colour.", "And another one?"] and chat.system == "Be terse."
+    n_cached = rt.target.n_past
+    turn = chat.reply("And a third?")
+    assert turn is not None and turn.counters.n_prompt_reused >= n_cached - 1
+    assert turn.counters.n_prompt - turn.counters.n_prompt_reused < 40  # only the new message prefilled

@@ -4,6 +4,7 @@ commands change settings, Ctrl-C stops a reply but keeps the session."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +18,16 @@ from specli.engine import generate, metrics
 from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
 from specli.runtime import Runtime, prompting
+from specli.runtime.prompt_cache import CacheOptions, PromptCache, open_prompt_cache
 from specli.types import FinishReason
 
 HELP = """\
 /stats              figures of the last turn and of the whole session
 /reset              forget the conversation (and clear both KV caches)
 /system TEXT        set the system prompt (empty TEXT removes it)
-/save FILE          save the transcript (.json, or Markdown for any other suffix)
+/save NAME          keep the conversation (its turns and both KV caches) in the prompt cache
+/load NAME          go back to a conversation kept with /save NAME: no prefill
+/save FILE          save the transcript (a path or a suffix: .json, else Markdown)
 /set KEY VALUE      change a sampling or draft setting, e.g. /set temperature 0.7
 /help               this list
 /exit               leave (Ctrl-D works too)"""
@@ -35,6 +39,15 @@ class Turn:
     assistant: str
     counters: metrics.Counters
     finish_reason: FinishReason | None
+
+
+NAME = re.compile(r"[\w.-]+")
+TRANSCRIPT_SUFFIXES = (".json", ".md", ".markdown", ".txt")
+
+
+def is_name(arg: str) -> bool:
+    """A conversation's name for /save and /load, not a transcript's file."""
+    return bool(NAME.fullmatch(arg)) and not arg.lower().endswith(TRANSCRIPT_SUFFIXES)
 
 
 LOST = "the RPC server is gone: start it again, then type /reset to reconnect (the conversation is cleared)"
@@ -52,6 +65,7 @@ class ChatSession:
     session: metrics.Counters = field(default_factory=metrics.Counters)
     system: str | None = None
     n_dropped: int = 0  # oldest turns left out of the prompt to fit the context
+    _cache: PromptCache | None = field(default=None, repr=False)  # /save NAME, /load NAME
 
     def __post_init__(self) -> None:
         self.settings: Settings = self.rt.settings
@@ -107,9 +121,16 @@ class ChatSession:
             self.console.print(f"system prompt {'set' if arg else 'removed'}")
         elif name == "save":
             if not arg:
-                self.console.print("usage: /save FILE")
+                self.console.print("usage: /save NAME or /save FILE")
+            elif is_name(arg):
+                self.keep(arg)
             else:
                 self.save(Path(arg).expanduser())
+        elif name == "load":
+            if is_name(arg):
+                self.restore(arg)
+            else:
+                self.console.print("usage: /load NAME (letters, digits, - _ . and no suffix)")
         elif name == "set":
             self.set(arg)
         else:
@@ -230,6 +251,31 @@ class ChatSession:
                 for t in self.turns
             ],
         }
+
+    def prompt_cache(self) -> PromptCache:
+        if self._cache is None:  # on disk only: a chat keeps its conversations, not a RAM cache
+            self._cache = open_prompt_cache(self.rt.target, self.rt.draft, CacheOptions(ram_mib=0))
+        return self._cache
+
+    def keep(self, name: str) -> None:
+        turns = [[t.user, t.assistant] for t in self.turns]
+        if self.prompt_cache().save_named(name, {"system": self.system, "turns": turns}):
+            self.console.print(f"kept the conversation as {name!r} ({len(turns)} turns, "
+                               f"{self.rt.target.n_past} tokens of cache)")
+        else:
+            self.console.print(f"[red]could not keep {name!r}: the prompt cache's disk is off or full[/]")
+
+    def restore(self, name: str) -> None:
+        extra = self.prompt_cache().load_named(name)
+        if extra is None:
+            names = sorted({e.name for e in self.prompt_cache().entries.values() if e.name})
+            self.console.print(f"no conversation {name!r} kept" + (f" (kept: {', '.join(names)})" if names else ""))
+            return
+        self.system = extra.get("system")
+        self.turns = [Turn(u, a, metrics.Counters(), "stop") for u, a in extra.get("turns", [])]
+        self.n_dropped = 0
+        self.console.print(f"back in {name!r}: {len(self.turns)} turns, {self.rt.target.n_past} tokens of cache "
+                           "restored")
 
     def save(self, path: Path) -> None:
         data = self.transcript()

@@ -67,6 +67,7 @@ class Header:
     sha256: str
     name: str = ""
     path: Path = field(default=Path(), compare=False)
+    extra: dict[str, Any] = field(default_factory=dict)  # what the saver keeps with it (a chat's turns)
 
     @property
     def nbytes(self) -> int:
@@ -95,7 +96,7 @@ class DiskStore:
         return [h for _, h in sorted(found, key=lambda x: x[0])]
 
     def write(self, entry_id: str, tokens: list[int], draft_tokens: list[int], target_state: bytes,
-              draft_state: bytes, name: str = "") -> Header | None:
+              draft_state: bytes, name: str = "", extra: dict[str, Any] | None = None) -> Header | None:
         """Write one entry atomically; None where it cannot fit the bound at all."""
         size = len(target_state) + len(draft_state)
         if size > self.max_bytes:
@@ -103,9 +104,9 @@ class DiskStore:
         digest = hashlib.sha256(target_state)
         digest.update(draft_state)
         header = Header(entry_id, list(tokens), list(draft_tokens), len(target_state), len(draft_state),
-                        digest.hexdigest(), name, self.dir / f"{entry_id}{SUFFIX}")
+                        digest.hexdigest(), name, self.dir / f"{entry_id}{SUFFIX}", dict(extra or {}))
         head = json.dumps({"version": FORMAT_VERSION, "identity": self.identity.to_json(), "id": entry_id,
-                           "name": name, "tokens": header.tokens, "draft_tokens": header.draft_tokens,
+                           "name": name, "extra": header.extra, "tokens": header.tokens, "draft_tokens": header.draft_tokens,
                            "target_bytes": header.target_bytes, "draft_bytes": header.draft_bytes,
                            "sha256": header.sha256}, separators=(",", ":")).encode()
         self.make_room(size + len(head))
@@ -174,7 +175,7 @@ class DiskStore:
                 return None
             return Header(str(head["id"]), [int(t) for t in head["tokens"]], [int(t) for t in head["draft_tokens"]],
                           int(head["target_bytes"]), int(head["draft_bytes"]), str(head["sha256"]),
-                          str(head.get("name", "")), path)
+                          str(head.get("name", "")), path, dict(head.get("extra") or {}))
         except (OSError, ValueError, KeyError, TypeError, struct.error):
             return None
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -226,6 +226,35 @@ class PromptCache:
 
     def named(self, name: str) -> Entry | None:
         return max((e for e in self.entries.values() if e.name == name), key=lambda e: e.used, default=None)
+
+    def save_named(self, name: str, extra: dict[str, Any]) -> bool:
+        """Keep the live conversation as `name` (replacing an older one), with `extra`,
+        written to disk at once where there is one; False if there is no disk."""
+        if self.disk is None:
+            return False
+        for e in [e for e in self.entries.values() if e.name == name]:
+            self._drop(e)
+        target_state = self.target.save_state()
+        draft_state = self.draft.save_state() if self.draft is not None and self.draft.tokens else bytearray()
+        draft_tokens = list(self.draft.tokens) if self.draft is not None else []
+        entry_id = f"{time.time_ns():x}"
+        header = self.disk.write(entry_id, list(self.target.tokens), draft_tokens, bytes(target_state),
+                                 bytes(draft_state), name, extra)
+        if header is None:
+            return False
+        self.entries[entry_id] = Entry(entry_id, np.asarray(self.target.tokens, np.int32), draft_tokens,
+                                       header.nbytes, header=header, used=next(self._clock), name=name)
+        self._count()
+        return True
+
+    def load_named(self, name: str) -> dict[str, Any] | None:
+        """Restore the conversation saved as `name`; what was kept with it, or None where
+        there is none (or its file was refused)."""
+        e = self.named(name)
+        if e is None or e.header is None:
+            return None
+        extra = e.header.extra
+        return extra if self._restore(e) else None
 
     def close(self) -> None:
         """At exit: the live conversation and every entry in RAM go to disk."""
