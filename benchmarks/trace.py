@@ -88,6 +88,8 @@ class Row:
     drafted: int
     accepted: int
     text: str
+    ttft_s: float = 0.0
+    drafter_steps: dict[str, int] | None = None  # specli's: target forwards by drafter
 
     @property
     def acceptance(self) -> float:
@@ -105,7 +107,8 @@ def send(system: str, base: str, req: TraceRequest, answers: dict[str, str]) -> 
     decode = r["last"] - r["first"]
     return Row(system, req.id, r["wall"], r["t0"], r["t0"] + r["wall"], prompt, cached,
                int(timings.get("prompt_n", prompt - cached)), n, (n - 1) / decode if n > 1 and decode > 0 else 0.0,
-               int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)), r["text"])
+               int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)), r["text"], r["first"] - r["t0"],
+               (r.get("specli") or {}).get("drafter_steps"))
 
 
 def groups(trace: list[TraceRequest]) -> list[list[TraceRequest]]:

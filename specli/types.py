@@ -180,6 +180,9 @@ class Drafter:
     def end(self, history: Sequence[int]) -> None:
         """The generation that `begin` started is over; `history` is all it emitted."""
 
+    def budget(self, max_new: int) -> None:
+        """The generation emits at most `max_new` tokens (its max_tokens): told before it begins."""
+
     def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
         """The generation's grammar (None when it ends), for a drafter with a model of its
         own to draft under; `take_forced`: it may draft the tokens the grammar forces."""

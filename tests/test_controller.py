@@ -374,3 +374,21 @@ def test_a_ledger_turned_off_never_stands_in_the_way() -> None:
     assert off.affords(1.0) and off.can_lose(100.0)
     on.forgive()  # the prices were corrected: old debts say nothing of the new
     assert on.affords(1.0)
+
+
+def test_a_draft_model_probe_must_pay_back_within_the_generations_budget() -> None:
+    """A draft-model probe on a long new prompt first decodes the whole prompt on the draft
+    model: hoped to pay back over the next 128 tokens, it cannot in a 24-token title call."""
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.auto.policy import Choice
+
+    costs = CostModel.from_measured([1.0, 1.1, 1.2, 1.3, 1.45, 1.6, 1.8, 2.0, 2.2], 0.12)  # memory-bound (F16)
+    auto = AutoDrafter(costs, None, None)
+    plain = Choice("none", 0, 1.0 / costs.step)
+    pending = next(p for p in range(10, 5000, 10) if not auto._hopeful("draft", 8, p, plain))
+    assert pending > 100  # with a full budget a long catch-up is still worth a probe
+    assert auto._hopeful("draft", 8, pending // 2, plain)
+    assert not auto._hopeful("draft", 8, pending // 2, plain, left=24)
+    auto.budget(24)
+    auto.begin([1] * 500)
+    assert auto._max_new == 24 and auto._n_start == 500

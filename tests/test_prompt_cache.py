@@ -136,7 +136,11 @@ def test_disk_bound(smol: Any, tmp_path: Path) -> None:
         cache.prepare(conversation(smol, topic))
         answer(smol, conversation(smol, topic))
         assert disk.used_bytes() <= disk.max_bytes
-    assert 1 <= len(list(disk.dir.glob("*.kv"))) <= 2
+    files = list(disk.dir.glob("*.kv"))
+    assert 1 <= len(files) <= 2
+    # the entries whose files the bound removed are forgotten: none is restored from a missing file
+    assert cache.stats.disk_entries == len(files) and {e.header.path for e in cache.entries.values() if e.header} == set(files)
+    assert cache.prepare(conversation(smol, "bee")).source in ("none", "live") and cache.stats.refused == 0
 
 
 def test_refused_state_leaves_an_empty_cache(smol: Any) -> None:

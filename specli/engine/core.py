@@ -63,6 +63,7 @@ def generate_steps(target: LanguageModel, prompt: Sequence[int], config: Generat
     generation) every row is masked by its grammar and the tokens it forces are drafted."""
     history = list(prompt)
     if drafter is not None:  # a draft model drafts under the grammar too
+        drafter.budget(config.max_tokens)
         drafter.constrain(constraint, config.grammar_drafts)
     try:
         yield from _steps(history, target, config, drafter, _Verification(target, config, verifier, constraint))

@@ -15,11 +15,13 @@ import hashlib
 import json
 import os
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
+STALE_TMP_S = 60.0  # a temporary file this old is no write in progress
 MAGIC = b"SPECLIKV"
 SUFFIX = ".kv"
 
@@ -82,6 +84,11 @@ class DiskStore:
         self.dir = root / identity.key()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.refused = 0  # files found not matching, or corrupt: removed
+        self.evicted: list[Path] = []  # files removed to keep the bound, for the cache to forget
+        for tmp in self.dir.glob("*.tmp"):  # a write cut short (a server killed while saving)
+            with contextlib.suppress(OSError):
+                if time.time() - tmp.stat().st_mtime > STALE_TMP_S:
+                    tmp.unlink()
 
     def scan(self) -> list[Header]:
         """The headers of this identity's files, oldest first; files that do not match are
@@ -95,8 +102,8 @@ class DiskStore:
                 found.append((path.stat().st_mtime, header))
         return [h for _, h in sorted(found, key=lambda x: x[0])]
 
-    def write(self, entry_id: str, tokens: list[int], draft_tokens: list[int], target_state: bytes,
-              draft_state: bytes, name: str = "", extra: dict[str, Any] | None = None) -> Header | None:
+    def write(self, entry_id: str, tokens: list[int], draft_tokens: list[int], target_state: bytes | bytearray,
+              draft_state: bytes | bytearray, name: str = "", extra: dict[str, Any] | None = None) -> Header | None:
         """Write one entry atomically; None where it cannot fit the bound at all."""
         size = len(target_state) + len(draft_state)
         if size > self.max_bytes:
@@ -157,6 +164,7 @@ class DiskStore:
             total -= p.stat().st_size
             with contextlib.suppress(OSError):
                 p.unlink()
+                self.evicted.append(p)
 
     def _files(self) -> list[Path]:
         return [p for p in self.root.glob(f"*/*{SUFFIX}") if p.is_file()]

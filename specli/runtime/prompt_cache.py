@@ -213,11 +213,23 @@ class PromptCache:
 
     def _spill(self, e: Entry) -> None:
         if self.disk is not None and e.header is None and e.target_state is not None:
-            e.header = self.disk.write(e.id, e.tokens.tolist(), e.draft_tokens, bytes(e.target_state),
-                                       bytes(e.draft_state or b""), e.name)
+            e.header = self.disk.write(e.id, e.tokens.tolist(), e.draft_tokens, e.target_state,
+                                       e.draft_state or bytearray(), e.name)
         e.target_state = e.draft_state = None
         if e.header is None:
             del self.entries[e.id]
+
+    def _forget_evicted(self) -> None:
+        """Entries whose files the disk's bound removed are gone (never restored, never
+        counted as refused)."""
+        if self.disk is None or not self.disk.evicted:
+            return
+        gone = set(self.disk.evicted)
+        self.disk.evicted.clear()
+        for e in [e for e in self.entries.values() if e.header is not None and e.header.path in gone]:
+            e.header = None
+            if not e.in_ram:
+                del self.entries[e.id]
 
     def _drop(self, e: Entry) -> None:
         if e.header is not None and self.disk is not None:
@@ -238,8 +250,8 @@ class PromptCache:
         draft_state = self.draft.save_state() if self.draft is not None and self.draft.tokens else bytearray()
         draft_tokens = list(self.draft.tokens) if self.draft is not None else []
         entry_id = f"{time.time_ns():x}"
-        header = self.disk.write(entry_id, list(self.target.tokens), draft_tokens, bytes(target_state),
-                                 bytes(draft_state), name, extra)
+        header = self.disk.write(entry_id, list(self.target.tokens), draft_tokens, target_state, draft_state,
+                                 name, extra)
         if header is None:
             return False
         self.entries[entry_id] = Entry(entry_id, np.asarray(self.target.tokens, np.int32), draft_tokens,
@@ -267,6 +279,7 @@ class PromptCache:
         self._count()
 
     def _count(self) -> None:
+        self._forget_evicted()
         s = self.stats
         ram = [e for e in self.entries.values() if e.in_ram]
         s.ram_entries, s.ram_bytes = len(ram), sum(e.nbytes for e in ram)

@@ -85,6 +85,8 @@ class AutoDrafter(Drafter):
         self.ledger = Ledger(on=ledger)  # plain steps drafting has won or lost in this generation, as measured
         self._extra = 0  # tokens a grammar forced after the last draft, in its batch
         self._prefix = 0  # tokens a grammar forced before it
+        self._max_new = PAYBACK_TOKENS  # the generation's max_tokens (budget), and where it began
+        self._n_start = 0
 
     @property
     def costs(self) -> CostModel:
@@ -98,7 +100,11 @@ class AutoDrafter(Drafter):
     def decode_seconds(self) -> float:
         return self.draft.decode_seconds if self.draft is not None else 0.0
 
+    def budget(self, max_new: int) -> None:
+        self._max_new = max_new
+
     def begin(self, history: Sequence[int]) -> None:
+        self._n_start = len(history)
         if self.draft is not None:
             self.draft.begin(history)
         if self.ngram is not None:
@@ -145,7 +151,8 @@ class AutoDrafter(Drafter):
         for name, n in available.items():
             if (n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]
                     and self.ledger.can_lose(probe_loss + (self.costs.draft_ratio if name == "draft" else 0.0))):
-                if name == "draft" and not self._hopeful(name, n, pending, choice):
+                left = self._max_new - (len(history) - self._n_start)
+                if name == "draft" and not self._hopeful(name, n, pending, choice, left):
                     self._since_tried[name] = 0
                     continue
                 if name in lookups and stats[name].rates(1)[0] < PROBE_MIN_RATE:
@@ -197,18 +204,19 @@ class AutoDrafter(Drafter):
         the same batch: `accept` then counts them among the accepted."""
         self._extra = n_forced
 
-    def _hopeful(self, name: str, n: int, pending: int, choice: Choice) -> bool:
+    def _hopeful(self, name: str, n: int, pending: int, choice: Choice, left: int = PAYBACK_TOKENS) -> bool:
         """Could `name`, once in step with the text and at the acceptance a good stretch
-        of text gives, save more over the next PAYBACK_TOKENS tokens than it costs to get
-        in step? A draft-model probe first decodes every token its cache lacks (the whole
-        prompt the first time): a cost paid once, so it is weighed against what the draft
-        model could save over a stretch of text, not priced into one step. An n-gram probe
-        costs one verify row and needs no such hope."""
+        of text gives, save more over the next PAYBACK_TOKENS tokens (or the `left` this
+        generation may still emit, if fewer) than it costs to get in step? A draft-model
+        probe first decodes every token its cache lacks (the whole prompt the first time):
+        a cost paid once, so it is weighed against what the draft model could save over a
+        stretch of text, not priced into one step. An n-gram probe costs one verify row
+        and needs no such hope."""
         hopeful = {name: AcceptanceStats(prior=OPTIMISTIC_ACCEPTANCE, prior_weight=1e9)}
         speed = choose(self.costs, hopeful, {name: n}, pending=1).speed
         if speed <= choice.speed or choice.speed <= 0:
             return False
-        saved = (1.0 / choice.speed - 1.0 / speed) * PAYBACK_TOKENS
+        saved = (1.0 / choice.speed - 1.0 / speed) * max(0, min(PAYBACK_TOKENS, left))
         backlog = self.costs.draft_costs(name, 1, pending)[1] - self.costs.draft_costs(name, 1, 1)[1]
         return saved > backlog
 
