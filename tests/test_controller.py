@@ -392,3 +392,15 @@ def test_a_draft_model_probe_must_pay_back_within_the_generations_budget() -> No
     auto.budget(24)
     auto.begin([1] * 500)
     assert auto._max_new == 24 and auto._n_start == 500
+
+
+def test_a_draft_models_catch_up_is_priced_as_observed() -> None:
+    """Priced by the target's batch curve until one long catch-up is timed; then by what it
+    cost per token (short catch-ups, mostly the step itself, teach nothing)."""
+    costs = CostModel.from_measured([1.0, 1.1, 1.2, 1.3], 0.15)  # memory-bound target: its curve is flat
+    before = costs.draft_costs("draft", 1, 2000)[1]
+    costs.observe_catch_up(8, 5.0)
+    assert costs.draft_costs("draft", 1, 2000)[1] == before
+    costs.observe_catch_up(2000, 2000 * 0.03)  # 0.03 target steps a token: dearer than the curve says
+    assert abs(costs.draft_costs("draft", 1, 2000)[1] - 2000 * 0.03) < 1e-9 and before < 2000 * 0.03
+    assert costs.draft_costs("draft", 1, 1)[1] == costs.draft_ratio * costs.step  # no catch-up: one draft step

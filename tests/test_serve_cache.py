@@ -6,6 +6,7 @@ prediction drafts without changing the answer."""
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,9 @@ def test_main_turn_after_a_side_call_restores_and_survives_a_restart(server: Ser
     assert pc["source"] == "ram" and pc["restored_tokens"] >= n_main
     assert second.usage.prompt_tokens_details.cached_tokens >= n_main
     assert second.model_dump()["timings"]["cache_n"] == second.usage.prompt_tokens_details.cached_tokens
+    end = time.monotonic() + 10  # the log line is written as the request is recorded, after its answer
+    while "restored" not in server.log and time.monotonic() < end:
+        time.sleep(0.05)
     assert "restored" in server.log
     status, _, data = http("GET", server.base + "/metrics")
     text = data.decode()

@@ -10,7 +10,7 @@ servers as devices, and serving one; bounded: calls to them that survive a lost 
 from specli.backend.bounded import reconnect as reconnect_rpc
 from specli.backend.info import ModelFile, ModelInfo, available_memory, read_model_file, read_model_info
 from specli.backend.loader import check_gguf_header, quantize_model
-from specli.backend.model import Model
+from specli.backend.model import Model, StateBuffer, state_buffer
 from specli.backend.peer import LlamaCppPythonPeer, open_llama_cpp_python_peer
 from specli.backend.rpc import probe_all as probe_rpc
 from specli.backend.system import (
@@ -34,6 +34,7 @@ __all__ = [
     "Model",
     "ModelFile",
     "ModelInfo",
+    "StateBuffer",
     "StreamDetokenizer",
     "Vocab",
     "VocabInfo",
@@ -51,6 +52,7 @@ __all__ = [
     "read_vocab",
     "reconnect_rpc",
     "resolved_kernels",
+    "state_buffer",
     "supports_gpu_offload",
     "system_info",
 ]

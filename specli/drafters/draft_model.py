@@ -88,6 +88,7 @@ class DraftModelDrafter(Drafter):
         m = self.model
         pending = history[m.n_past :]
         self._base = len(history)
+        self.catch_up_seconds = 0.0
         if k <= 0 or not pending or m.n_past + len(pending) + k > m.n_ctx:
             return Draft(source=self.name)
         t0 = m.decode_seconds

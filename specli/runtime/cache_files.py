@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specli.backend import StateBuffer, state_buffer
+
 FORMAT_VERSION = 1
 STALE_TMP_S = 60.0  # a temporary file this old is no write in progress
 MAGIC = b"SPECLIKV"
@@ -102,8 +104,8 @@ class DiskStore:
                 found.append((path.stat().st_mtime, header))
         return [h for _, h in sorted(found, key=lambda x: x[0])]
 
-    def write(self, entry_id: str, tokens: list[int], draft_tokens: list[int], target_state: bytes | bytearray,
-              draft_state: bytes | bytearray, name: str = "", extra: dict[str, Any] | None = None) -> Header | None:
+    def write(self, entry_id: str, tokens: list[int], draft_tokens: list[int], target_state: StateBuffer,
+              draft_state: StateBuffer, name: str = "", extra: dict[str, Any] | None = None) -> Header | None:
         """Write one entry atomically; None where it cannot fit the bound at all."""
         size = len(target_state) + len(draft_state)
         if size > self.max_bytes:
@@ -125,14 +127,14 @@ class DiskStore:
         os.replace(tmp, header.path)
         return header
 
-    def read(self, header: Header) -> tuple[bytearray, bytearray] | None:
+    def read(self, header: Header) -> tuple[StateBuffer, StateBuffer] | None:
         """The states behind `header`; None (the file removed) where it is gone, truncated
         or corrupt."""
         try:
             with header.path.open("rb") as f:
                 (n_head,) = struct.unpack("<I", f.read(len(MAGIC) + 4)[len(MAGIC):])
                 f.seek(len(MAGIC) + 4 + n_head)
-                target, draft = bytearray(header.target_bytes), bytearray(header.draft_bytes)
+                target, draft = state_buffer(header.target_bytes), state_buffer(header.draft_bytes)
                 ok = f.readinto(target) == len(target) and f.readinto(draft) == len(draft) and not f.read(1)
         except (OSError, struct.error):
             ok = False

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from specli.backend import Model, available_memory, build_id, resolved_kernels
+from specli.backend import Model, StateBuffer, available_memory, build_id, resolved_kernels
 from specli.runtime.cache_files import DiskStore, Header, Identity, fingerprint
 
 MIN_ENTRY = 256  # tokens: a shorter conversation is prefilled again in a few seconds
@@ -39,9 +39,9 @@ class StatefulModel(Protocol):
 
     tokens: list[int]
 
-    def save_state(self) -> bytearray: ...
+    def save_state(self) -> StateBuffer: ...
 
-    def load_state(self, data: bytearray, tokens: Sequence[int]) -> bool: ...
+    def load_state(self, data: StateBuffer, tokens: Sequence[int]) -> bool: ...
 
     def reset(self) -> None: ...
 
@@ -54,8 +54,8 @@ class Entry:
     tokens: np.ndarray  # the target's, int32
     draft_tokens: list[int]
     nbytes: int
-    target_state: bytearray | None = None
-    draft_state: bytearray | None = None
+    target_state: StateBuffer | None = None
+    draft_state: StateBuffer | None = None
     header: Header | None = None  # its file, where it has one
     used: int = 0
     name: str = ""
@@ -134,6 +134,9 @@ class PromptCache:
         restore = best is not None and n_best > n_live + MIN_GAIN
         if restore or (len(live) - n_live >= MIN_ENTRY and n_live < len(live) // 2):
             saved = self.save_live()
+            if restore:  # saving may have evicted it (from RAM to disk, or off the disk)
+                best, n_best = self._best(want)
+                restore = best is not None and n_best > n_live + MIN_GAIN
         if restore and best is not None and self._restore(best):
             self.stats.hits += 1
             self.stats.restored_tokens += n_best
@@ -155,11 +158,13 @@ class PromptCache:
     def _restore(self, e: Entry) -> bool:
         if e.in_ram:
             states = (e.target_state, e.draft_state)
+        elif self.disk is None or e.header is None:
+            self.entries.pop(e.id, None)
+            return False
         else:
-            assert self.disk is not None and e.header is not None
             states = self.disk.read(e.header)  # type: ignore[assignment]
             if states is None:  # corrupt or gone: dropped, the prompt is prefilled
-                del self.entries[e.id]
+                self.entries.pop(e.id, None)
                 return False
         target_state, draft_state = states
         assert target_state is not None

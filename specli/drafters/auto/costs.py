@@ -27,6 +27,7 @@ PLAIN_EVERY = (32, 256)
 PLAIN_SOON = 4  # after a plain step 20-50 % off t1
 SEEN_MIN, SEEN_KEEP = 3, 5  # a part of the batch curve seen this often is priced by the median of its last costs
 SHAPE_DRIFT = 1.2  # a part of the curve (or t1) seen this far off the table, SEEN_MIN times: store the healed table
+CATCH_UP_MIN = 32  # tokens: a draft model's catch-up this long is timed for its price per token
 TABLE_CONTEXT = 1024  # the stored table describes batches at up to this many cached tokens (calibrated at 128)
 
 
@@ -141,6 +142,10 @@ class CostModel:
     growth_sizes: list[int] = field(default_factory=list)
     growth: list[list[float]] = field(default_factory=list)
     context: int = 0  # cached tokens the batches priced next attend to (auto sets it each step)
+    # the draft model's catch-up (prompt tokens its cache lacks), plain steps per token, as
+    # observed (0 until seen): the target's batch curve prices it far too cheaply where the
+    # target is memory-bound and the draft model compute-bound (an F16 target, a Q4 draft)
+    catch_up_ratio: float = 0.0
     drifted: bool = False  # observations disagreed with the table: store the corrected one
     corrections: int = 0  # times the table's level or t1 was corrected for drift
     _t1: Ema = field(init=False, repr=False)
@@ -338,7 +343,17 @@ class CostModel:
             return [0.0] + [self.ngram_step] * k_max
         step = self.draft_ratio * self.step
         catch_up = step * self.batch_ratio(pending)
+        if pending > 1:
+            catch_up = max(catch_up, self.catch_up_ratio * self.step * pending)
         return [0.0] + [catch_up + step * (k - 1) for k in range(1, k_max + 1)]
+
+    def observe_catch_up(self, pending: int, seconds: float) -> None:
+        """The draft model decoded `pending` tokens its cache lacked in `seconds` (long
+        catch-ups only: short ones are mostly the step itself)."""
+        if pending < CATCH_UP_MIN or self.step <= 0 or seconds <= 0:
+            return
+        ratio = seconds / self.step / pending
+        self.catch_up_ratio = ratio if self.catch_up_ratio <= 0 else 0.5 * (self.catch_up_ratio + ratio)
 
     def observed(self) -> dict[str, list[float] | float]:
         """What this model saw at up to TABLE_CONTEXT cached tokens: t1 (seconds) and the

@@ -172,6 +172,7 @@ class AutoDrafter(Drafter):
             d = Draft(found.tokens[: choice.k], None, found.source if found.source == PREDICTION else choice.drafter)
         elif choice.drafter == "draft" and self.draft is not None:
             d = self.draft.propose(history, choice.k)
+            self.costs.observe_catch_up(pending, self.draft.catch_up_seconds)
             for s in self.draft.step_seconds:
                 self.costs.observe_draft_step(s)
             d.source = "draft"
