@@ -16,31 +16,30 @@ QWEN_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
 QWEN_F16 = "qwen2.5-coder-1.5b-instruct-f16"
 
 
+def _own_dir(factory: pytest.TempPathFactory, name: str, var: str) -> Iterator[Path]:
+    """A folder of the test session's own in environment variable `var` (subprocesses
+    inherit it), the old value put back after."""
+    path = factory.mktemp(name)
+    old = os.environ.get(var)
+    os.environ[var] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = old
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _own_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Generations in tests keep their history in a directory of the test session's own,
-    never in the user's store (subprocesses inherit the variable)."""
-    path = tmp_path_factory.mktemp("history")
-    old = os.environ.get("SPECLI_HISTORY_DIR")
-    os.environ["SPECLI_HISTORY_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("SPECLI_HISTORY_DIR", None)
-    else:
-        os.environ["SPECLI_HISTORY_DIR"] = old
+    never in the user's store."""
+    yield from _own_dir(tmp_path_factory, "history", "SPECLI_HISTORY_DIR")
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _own_prompt_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Servers in tests keep their prompt cache's files in the test session's own folder."""
-    path = tmp_path_factory.mktemp("prompt-cache")
-    old = os.environ.get("SPECLI_PROMPT_CACHE_DIR")
-    os.environ["SPECLI_PROMPT_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("SPECLI_PROMPT_CACHE_DIR", None)
-    else:
-        os.environ["SPECLI_PROMPT_CACHE_DIR"] = old
+    yield from _own_dir(tmp_path_factory, "prompt-cache", "SPECLI_PROMPT_CACHE_DIR")
 
 
 def total_variation(a: dict[Any, float], b: dict[Any, float]) -> float:
