@@ -195,9 +195,7 @@ class PromptCache:
                 return ""
             if n == len(e.tokens) and not e.name:  # a prefix of this one: this one serves it
                 self._drop(e)
-        target_state = self.target.save_state()
-        draft_state = self.draft.save_state() if self.draft is not None and self.draft.tokens else bytearray()
-        draft_tokens = list(self.draft.tokens) if self.draft is not None else []
+        target_state, draft_state, draft_tokens = self._capture()
         entry_id = f"{time.time_ns():x}"
         self.entries[entry_id] = Entry(entry_id, tokens, draft_tokens, len(target_state) + len(draft_state),
                                        target_state, draft_state, used=next(self._clock), name=name)
@@ -205,6 +203,12 @@ class PromptCache:
         self._evict()
         self._count()
         return entry_id
+
+    def _capture(self) -> tuple[StateBuffer, StateBuffer, list[int]]:
+        """The live conversation's states (target, draft) and the draft model's tokens."""
+        draft = self.draft
+        draft_state = draft.save_state() if draft is not None and draft.tokens else bytearray()
+        return self.target.save_state(), draft_state, list(draft.tokens) if draft is not None else []
 
     def _evict(self) -> None:
         """Least recently used entries leave RAM (to disk, where there is one) until the
@@ -251,9 +255,7 @@ class PromptCache:
             return False
         for e in [e for e in self.entries.values() if e.name == name]:
             self._drop(e)
-        target_state = self.target.save_state()
-        draft_state = self.draft.save_state() if self.draft is not None and self.draft.tokens else bytearray()
-        draft_tokens = list(self.draft.tokens) if self.draft is not None else []
+        target_state, draft_state, draft_tokens = self._capture()
         entry_id = f"{time.time_ns():x}"
         header = self.disk.write(entry_id, list(self.target.tokens), draft_tokens, target_state, draft_state,
                                  name, extra)
