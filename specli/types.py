@@ -65,6 +65,9 @@ class Draft:
     # from residual(p, q_after), the rejection verification would have made (p is 0 there)
     q_after: np.ndarray | None = None
     forced_at: tuple[int, ...] = ()  # positions in `tokens` a grammar forced (the "grammar" drafter's, in metrics)
+    # tokens the step is expected to emit with the first k of `tokens`, k = 0..len: where set,
+    # a batch shared with other slots may verify only a head of the draft (runtime.rounds)
+    gains: np.ndarray | None = None
 
     @classmethod
     def of_forced(cls, tokens: Sequence[int]) -> Draft:

@@ -1,9 +1,11 @@
 """One loaded model: its context, batched decoding with chosen logits rows, KV-cache
 rollback, and its tokenizer and chat template.
 
-One `Model` is one GGUF file with one context and one sequence (seq id 0). It decodes
-batches asking logits only for the rows named, hands rows back as zero-copy numpy
-views, and rolls its KV cache back to any earlier position.
+One `Model` is one GGUF file with one context and `n_seq` sequences over one unified KV
+cache (a server's slots; 1 elsewhere). It decodes batches asking logits only for the rows
+named, several sequences' parts in one batch where asked (`decode_parts`), hands rows
+back as zero-copy numpy views, and rolls each sequence back to any earlier position.
+The methods without a `seq` argument work on sequence 0.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import ctypes
 import mmap
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -95,10 +98,13 @@ class Model:
 
         cparams = llama_cpp.llama_context_default_params()
         threads = self.opts.n_threads or default_threads()
-        cparams.n_ctx = self.opts.n_ctx
+        self.n_seq = max(1, self.opts.n_seq)
+        # each sequence may fill n_ctx, in one cache shared as llama-server's unified KV is
+        cparams.n_ctx = self.opts.n_ctx * self.n_seq
         cparams.n_batch = self.opts.n_batch
         cparams.n_ubatch = self.opts.n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = self.n_seq
+        cparams.kv_unified = self.n_seq > 1
         cparams.n_threads = threads
         cparams.n_threads_batch = self.opts.n_threads_batch or threads
         flash, kv = resolved_kernels(self.opts)
@@ -117,13 +123,14 @@ class Model:
                 + (f": {detail}" if detail else ""),
                 "lower --ctx, use a smaller KV cache type, or offload fewer layers (--n-gpu-layers)",
             )
-        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx)) // self.n_seq  # per sequence
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
         # Largest batch whose logits equal one-token decoding bit for bit: 1 until
         # measured on this model and build (specli.runtime.calibration sets it)
         self.exact_batch = 1
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._lock = threading.RLock()  # one llama.cpp call on this context at a time (a server's slots)
         b = self._batch
         # numpy views of the batch's arrays: a step fills them in a few slice writes
         # (ctypes item writes and a set per token cost 39 us of a 330 us plain step)
@@ -133,12 +140,15 @@ class Model:
         np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
+        self._b_seq = np.zeros(self.n_batch, dtype=np.int32)  # what b.seq_id holds (written where it changes)
         self._outputs: dict[tuple[int, int], np.ndarray] = {}  # (address, rows) -> view of the outputs
-        self._sampler = self._greedy_in_graph()
+        # in-graph argmax is set per sequence and reads rows from the end: one sequence only
+        self._sampler = self._greedy_in_graph() if self.n_seq == 1 else None
         self.device_argmax = self._sampler is not None
-        self.tokens: list[int] = []  # what the KV cache holds, position i = tokens[i]
+        # what each sequence's KV cache holds: position i of sequence s = _seq_tokens[s][i]
+        self._seq_tokens: list[list[int]] = [[] for _ in range(self.n_seq)]
         self.decode_seconds = 0.0  # time spent inside llama_decode
-        self._dirty = False  # a decode was interrupted before self.tokens was updated
+        self._dirty = [False] * self.n_seq  # a decode was interrupted before its tokens were updated
 
     # -- lifecycle ---------------------------------------------------------------
     def _llama(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
@@ -187,6 +197,7 @@ class Model:
         if self._sampler is None or n > self.n_batch:
             rows = self.decode(tokens, range(n))
             return lambda i: int(rows[i].argmax())
+        self._check_part(0, n, range(n))
         self._decode_chunk(tokens, range(n))
         ctx, base = self._ctx, -n
         return lambda i: _sampled_token(ctx, base + i)
@@ -217,45 +228,69 @@ class Model:
 
     # -- KV cache ----------------------------------------------------------------
     @property
-    def n_past(self) -> int:
-        return len(self.tokens)
+    def tokens(self) -> list[int]:
+        """What sequence 0's cache holds."""
+        return self._seq_tokens[0]
 
-    def rollback(self, n_keep: int) -> None:
-        """Drop every cached position >= n_keep."""
-        if not 0 <= n_keep <= self.n_past:
+    @tokens.setter
+    def tokens(self, value: list[int]) -> None:
+        self._seq_tokens[0] = value
+
+    def seq_tokens(self, seq: int) -> list[int]:
+        return self._seq_tokens[seq]
+
+    @property
+    def n_past(self) -> int:
+        return len(self._seq_tokens[0])
+
+    def rollback(self, n_keep: int, seq: int = 0) -> None:
+        """Drop every cached position >= n_keep of sequence `seq`."""
+        tokens = self._seq_tokens[seq]
+        if not 0 <= n_keep <= len(tokens):
             raise BackendError(
-                f"cannot roll back to position {n_keep}: the cache holds {self.n_past} tokens"
+                f"cannot roll back to position {n_keep}: the cache holds {len(tokens)} tokens"
             )
-        if n_keep == self.n_past and not self._dirty:
+        if n_keep == len(tokens) and not self._dirty[seq]:
             return
         if self.lost:  # a call is still parked inside llama.cpp on this context: leave it be
-            del self.tokens[n_keep:]
+            del tokens[n_keep:]
             return
-        if not llama_cpp.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+        with self._lock:
+            ok = llama_cpp.llama_memory_seq_rm(self._mem, seq, n_keep, -1)
+        if not ok:
             raise BackendError(
                 f"llama.cpp could not remove cache positions >= {n_keep} "
                 f"({self.architecture} may not support partial rollback)"
             )
-        del self.tokens[n_keep:]
-        self._dirty = False
+        del tokens[n_keep:]
+        self._dirty[seq] = False
 
-    def reset(self) -> None:
-        self._llama(lambda: llama_cpp.llama_memory_clear(self._mem, True), "clearing the cache")
-        self.tokens.clear()
-        self._dirty = False
+    def reset(self, seq: int | None = None) -> None:
+        """Empty sequence `seq`'s cache (every sequence's: None)."""
+        with self._lock:
+            if seq is None or self.n_seq == 1:
+                self._llama(lambda: llama_cpp.llama_memory_clear(self._mem, True), "clearing the cache")
+            else:
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        for s in range(self.n_seq) if seq is None else (seq,):
+            self._seq_tokens[s].clear()
+            self._dirty[s] = False
 
-    def cache_pos_max(self) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_max(self._mem, 0))
+    def cache_pos_max(self, seq: int = 0) -> int:
+        with self._lock:
+            return int(llama_cpp.llama_memory_seq_pos_max(self._mem, seq))
 
     # -- sequence state (the prompt cache) -----------------------------------------
-    def save_state(self) -> StateBuffer:
-        """The cache's sequence as llama.cpp serialises it, for `load_state` later."""
-        if self._dirty:
-            self.rollback(self.n_past)
-        size = int(self._llama(lambda: llama_cpp.llama_state_seq_get_size(self._ctx, 0), "sizing its state"))
-        buf = state_buffer(size)
-        dst = (ctypes.c_uint8 * size).from_buffer(buf)
-        got = int(self._llama(lambda: llama_cpp.llama_state_seq_get_data(self._ctx, dst, size, 0), "saving its state"))
+    def save_state(self, seq: int = 0) -> StateBuffer:
+        """Sequence `seq`'s cache as llama.cpp serialises it, for `load_state` later."""
+        if self._dirty[seq]:
+            self.rollback(len(self._seq_tokens[seq]), seq)
+        with self._lock:
+            size = int(self._llama(lambda: llama_cpp.llama_state_seq_get_size(self._ctx, seq), "sizing its state"))
+            buf = state_buffer(size)
+            dst = (ctypes.c_uint8 * size).from_buffer(buf)
+            got = int(self._llama(lambda: llama_cpp.llama_state_seq_get_data(self._ctx, dst, size, seq),
+                                  "saving its state"))
         if got == 0:
             raise BackendError(f"llama.cpp could not save the cache of {self.path.name}")
         if got == size:
@@ -264,49 +299,40 @@ class Model:
         out[:] = buf[:got]
         return out
 
-    def load_state(self, data: StateBuffer, tokens: Sequence[int]) -> bool:
-        """Replace the cache by a state `save_state` gave when it held `tokens`; False (the
-        cache left empty) where llama.cpp refuses it or it holds another number of tokens."""
-        self.reset()
+    def load_state(self, data: StateBuffer, tokens: Sequence[int], seq: int = 0) -> bool:
+        """Replace sequence `seq`'s cache by a state `save_state` gave when it held `tokens`
+        (of any sequence); False (the cache left empty) where llama.cpp refuses it or it
+        holds another number of tokens."""
+        self.reset(seq)
         src = (ctypes.c_uint8 * len(data)).from_buffer(data)
-        got = int(self._llama(lambda: llama_cpp.llama_state_seq_set_data(self._ctx, src, len(data), 0),
-                              "loading a state"))
-        if got == 0 or self.cache_pos_max() != len(tokens) - 1:
-            self.reset()
+        with self._lock:
+            got = int(self._llama(lambda: llama_cpp.llama_state_seq_set_data(self._ctx, src, len(data), seq),
+                                  "loading a state"))
+        if got == 0 or self.cache_pos_max(seq) != len(tokens) - 1:
+            self.reset(seq)
             return False
-        self.tokens = [int(t) for t in tokens]
+        self._seq_tokens[seq] = [int(t) for t in tokens]
         return True
 
     # -- decoding ----------------------------------------------------------------
-    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
-        """Append `tokens` to the cache; return logits for the batch rows named in
-        `logit_rows` (indices into `tokens`, ascending) as a (len(logit_rows), n_vocab)
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = (), seq: int = 0) -> np.ndarray:
+        """Append `tokens` to sequence `seq`'s cache; return logits for the batch rows named
+        in `logit_rows` (indices into `tokens`, ascending) as a (len(logit_rows), n_vocab)
         float32 view. The view is only valid until the next decode on this model.
         Batches above n_batch are split; exact verification chunks are the engine's."""
         n = len(tokens)
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        if self.n_past + n > self.n_ctx:
-            raise ContextError(
-                f"context full: {self.n_past} + {n} tokens exceed the {self.n_ctx}-token context",
-                "raise --ctx or shorten the prompt",
-            )
-        if self.lost:
-            raise RpcError(f"{self.path.name}: its RPC server was lost", "start it again and reload (/reset in chat)")
-        if self._dirty:
-            llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
-            self._dirty = False
         rows = logit_rows if isinstance(logit_rows, range) and logit_rows.step == 1 else list(logit_rows)
-        if rows and (rows[0] < 0 or rows[-1] >= n or (isinstance(rows, list) and rows != sorted(rows))):
-            raise BackendError(f"logit rows {list(rows)} are not ascending indices into {n} tokens")
+        self._check_part(seq, n, rows)
         if n <= self.n_batch:  # the usual case: one llama_decode, the rows read in place
-            self._decode_chunk(tokens, rows)
+            self._decode_chunk(tokens, rows, seq)
             return self._rows_view(len(rows)) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
         parts: list[np.ndarray] = []
         for start in range(0, n, self.n_batch):
             end = min(n, start + self.n_batch)
             chunk_rows = [r - start for r in rows if start <= r < end]
-            self._decode_chunk(tokens[start:end], chunk_rows)
+            self._decode_chunk(tokens[start:end], chunk_rows, seq)
             if chunk_rows:
                 view = self._rows_view(len(chunk_rows))
                 # rows of an earlier chunk are overwritten by the next decode: copy them
@@ -315,10 +341,69 @@ class Model:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _decode_chunk(self, tokens: Sequence[int], rows: Sequence[int]) -> None:
-        """One llama_decode of `tokens` (at most n_batch), logits for `rows` (ascending)."""
+    def decode_parts(self, parts: Sequence[tuple[int, Sequence[int], Sequence[int]]]) -> list[np.ndarray]:
+        """Several sequences' (seq, tokens, logit_rows) in one llama_decode (at most n_batch
+        tokens in all): each part's rows as in `decode`, views valid until the next decode."""
+        parts = [(seq, tokens, list(rows)) for seq, tokens, rows in parts]
+        for seq, tokens, rows in parts:
+            self._check_part(seq, len(tokens), rows)
+        n = sum(len(t) for _, t, _ in parts)
+        if n > self.n_batch:
+            raise BackendError(f"a batch of {n} tokens is more than this context's {self.n_batch}")
+        if len(parts) == 1:  # the single-sequence path, without rewriting the batch's sequence ids
+            seq, tokens, rows = parts[0]
+            return [self.decode(tokens, rows, seq)]
+        seqs = [seq for seq, _, _ in parts]
+        start = 0
+        for seq, tokens, rows in parts:
+            m = len(tokens)
+            pos0 = len(self._seq_tokens[seq])
+            self._b_token[start:start + m] = tokens
+            self._b_pos[start:start + m] = np.arange(pos0, pos0 + m, dtype=np.int32)
+            self._b_logits[start:start + m] = 0
+            self._b_logits[[start + r for r in rows]] = 1
+            self._set_seq(start, m, seq)
+            start += m
+        self._run_batch(n, seqs)
+        for seq, tokens, _ in parts:
+            self._seq_tokens[seq].extend(map(int, tokens))
+        out: list[np.ndarray] = []
+        n_rows = sum(len(r) for _, _, r in parts)
+        view = self._rows_view(n_rows) if n_rows else np.empty((0, self.n_vocab), dtype=np.float32)
+        at = 0
+        for _, _, rows in parts:  # llama.cpp keeps one batch's outputs in batch order
+            out.append(view[at:at + len(rows)])
+            at += len(rows)
+        return out
+
+    def _check_part(self, seq: int, n: int, rows: Sequence[int]) -> None:
+        n_past = len(self._seq_tokens[seq])
+        if n_past + n > self.n_ctx:
+            raise ContextError(
+                f"context full: {n_past} + {n} tokens exceed the {self.n_ctx}-token context",
+                "raise --ctx or shorten the prompt",
+            )
+        if self.lost:
+            raise RpcError(f"{self.path.name}: its RPC server was lost", "start it again and reload (/reset in chat)")
+        if self._dirty[seq]:
+            with self._lock:
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, n_past, -1)
+            self._dirty[seq] = False
+        if rows and (rows[0] < 0 or rows[-1] >= n or (isinstance(rows, list) and rows != sorted(rows))):
+            raise BackendError(f"logit rows {list(rows)} are not ascending indices into {n} tokens")
+
+    def _set_seq(self, start: int, n: int, seq: int) -> None:
+        """Batch rows [start, start + n) belong to `seq` (ctypes writes only where it changes)."""
+        b = self._batch
+        assert b is not None
+        for i in np.flatnonzero(self._b_seq[start:start + n] != seq):
+            b.seq_id[start + int(i)][0] = seq
+        self._b_seq[start:start + n] = seq
+
+    def _decode_chunk(self, tokens: Sequence[int], rows: Sequence[int], seq: int = 0) -> None:
+        """One llama_decode of `tokens` (at most n_batch) on `seq`, logits for `rows` (ascending)."""
         n = len(tokens)
-        pos0 = self.n_past
+        pos0 = len(self._seq_tokens[seq])
         if n == 1:
             self._b_token[0] = tokens[0]
             self._b_pos[0] = pos0
@@ -331,21 +416,32 @@ class Model:
                 self._b_logits[rows.start:rows.stop] = 1
             else:
                 self._b_logits[list(rows)] = 1
+        if self.n_seq > 1:
+            self._set_seq(0, n, seq)
+        self._run_batch(n, (seq,))
+        self._seq_tokens[seq].extend(map(int, tokens))
+
+    def _run_batch(self, n: int, seqs: Sequence[int]) -> None:
+        """llama_decode of the batch's first n tokens; on failure the sequences' caches
+        are cut back to what they held."""
         b = self._batch
         assert b is not None
         b.n_tokens = n
-        self._dirty = True
+        for seq in seqs:
+            self._dirty[seq] = True
         t0 = time.perf_counter()
-        rc = self._llama(lambda: self._decode_synced(b), f"decoding {n} tokens") if self.remote else \
-            llama_cpp.llama_decode(self._ctx, b)
-        self.decode_seconds += time.perf_counter() - t0
-        if rc != 0:
-            llama_cpp.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
-            self._dirty = False
-            reasons = {1: "no free KV-cache slot (context full)", 2: "aborted", -1: "invalid batch"}
-            raise BackendError(f"llama_decode failed: {reasons.get(rc, f'error {rc}')}")
-        self.tokens.extend(map(int, tokens))
-        self._dirty = False
+        with self._lock:
+            rc = self._llama(lambda: self._decode_synced(b), f"decoding {n} tokens") if self.remote else \
+                llama_cpp.llama_decode(self._ctx, b)
+            self.decode_seconds += time.perf_counter() - t0
+            if rc != 0:
+                for seq in seqs:
+                    llama_cpp.llama_memory_seq_rm(self._mem, seq, len(self._seq_tokens[seq]), -1)
+                    self._dirty[seq] = False
+                reasons = {1: "no free KV-cache slot (context full)", 2: "aborted", -1: "invalid batch"}
+                raise BackendError(f"llama_decode failed: {reasons.get(rc, f'error {rc}')}")
+        for seq in seqs:
+            self._dirty[seq] = False
 
     def _decode_synced(self, b: Any) -> int:
         """Decode and wait for the result: the logits are on this machine when it returns."""

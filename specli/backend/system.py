@@ -57,6 +57,7 @@ class LoadOptions:
     n_threads_batch: int | None = None
     n_ctx: int = 4096
     n_batch: int = 512
+    n_seq: int = 1  # sequences in one unified KV cache, n_ctx each (a server's slots)
     flash_attn: str = "auto"  # see resolved_kernels
     kv_type: str = "auto"  # see resolved_kernels
     exact_verify: bool = False  # kernels for which verify batches can equal one-token decoding

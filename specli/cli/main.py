@@ -272,9 +272,9 @@ def rpc_server(
 
 
 @app.command(help="Serve the pair over the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions; "
-                  "GET /v1/models, /health, /metrics), one generation at a time, drafting from everything "
-                  "served before. Exit codes: 130 Ctrl-C, 143 SIGTERM (the running generation ends at its next "
-                  "step, the history is saved), others as for every command.")
+                  "GET /v1/models, /health, /metrics), --parallel requests at once in one batch per step, "
+                  "drafting from everything served before. Exit codes: 130 Ctrl-C, 143 SIGTERM (the running "
+                  "generations end at their next step, the history is saved), others as for every command.")
 @guarded
 @with_settings(*GENERATION)
 def serve(
@@ -285,7 +285,11 @@ def serve(
     api_key: Annotated[str | None, typer.Option(envvar="SPECLI_API_KEY", show_default=False,
                                                 help="Require this key (Authorization: Bearer KEY) on every "
                                                      "route but /health and /v1/models.")] = None,
-    queue: Annotated[int, typer.Option(help="Requests that may wait while one generates; more get 503 "
+    parallel: Annotated[int | None, typer.Option(
+        help="Requests generated at once (slots), their steps in one batch. Default: 4, as llama-server's "
+             "(1 with --exact, whose batches must be the request's own).", min=1, max=64,
+        show_default=False)] = None,
+    queue: Annotated[int, typer.Option(help="Requests that may wait while every slot generates; more get 503 "
                                             "with Retry-After.", min=0)] = serve_defaults.DEFAULT_QUEUE,
     max_body: Annotated[float, typer.Option(help="Largest request body in MiB (413 above).",
                                             min=0.001)] = serve_defaults.DEFAULT_MAX_BODY_MIB,
@@ -313,8 +317,13 @@ def serve(
     s = profiles.resolve_settings(profile, overrides)
     cap = s.max_tokens if "max_tokens" in overrides or _profile_sets(profile, "max_tokens") else None
     cache = CacheOptions(cache_ram, cache_dir, cache_disk, prompt_cache_disk)
+    exact = s.verify == "exact"
+    if exact and parallel is not None and parallel > 1:
+        raise UsageError("--exact serves one request at a time: its verify batches hold its own rows only",
+                         "drop --parallel, or --exact")
+    slots = parallel or (1 if exact else serve_defaults.DEFAULT_PARALLEL)
     opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate,
-                        None if cache_ram == 0 and not prompt_cache_disk else cache)
+                        None if cache_ram == 0 and not prompt_cache_disk else cache, slots)
     raise typer.Exit(run_serve(s, opts, err_console()))
 
 

@@ -103,14 +103,19 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
         draft = proposal.draft
         clock.drafted()
         # 3. verify [last, d1..dk] in one target batch; the cache keeps the accepted prefix
-        verdict = verification.verify(history[-1], draft)
+        verdict, verified = verification.verify(history[-1], draft)
+        if len(verified.tokens) < len(draft.tokens) and drafter is not None:
+            drafter.cut(len(verified.tokens))  # a batch shared with other slots kept only this much
+        draft = verified
         logprobs = verification.logprobs(draft, verdict)
         emitted, reason = _emit(history, draft, verdict, remaining, target, constraint)
         verify_seconds = clock.verified()
         # 4. the drafter learns from the verdict
         if drafter is not None and proposal.asked:
             clock.learning()
-            drafter.accept(history, max(0, verdict.n_accepted - proposal.n_forced), verify_seconds)
+            # a batch shared with other slots is not this step's own: its time is priced by the rounds
+            shared = getattr(target, "batch_shared", False)
+            drafter.accept(history, max(0, verdict.n_accepted - proposal.n_forced), 0.0 if shared else verify_seconds)
             clock.learned()
         n_accepted = min(verdict.n_accepted, len(emitted))
         name = (draft.source or (drafter.name if drafter is not None else "draft")) if draft.tokens else "none"
@@ -175,20 +180,27 @@ class _Verification:
             return match_greedy([], self.target.decode_argmax([last_prompt_token]))
         return self._judge(EMPTY, self.target.decode([last_prompt_token], [0]))
 
-    def verify(self, last: int, draft: Draft) -> Verdict:
+    def verify(self, last: int, draft: Draft) -> tuple[Verdict, Draft]:
         """Verify [last, *draft] in one batch (exact mode: chunks decoded only as far as
-        accepted); the cache keeps the accepted prefix, the next token is decoded next step."""
+        accepted); the cache keeps the accepted prefix, the next token is decoded next step.
+        A draft with gains may come back cut to the head a shared batch verified."""
         target = self.target
         n_before = target.n_past
         batch = [last, *draft.tokens]
-        if self.in_graph:
+        offer = getattr(target, "decode_offer", None) if draft.gains is not None and not self.config.exact else None
+        if offer is not None:
+            rows = offer(batch, draft.gains)
+            if len(rows) < len(batch):
+                draft = draft.head(len(rows) - 1)
+            verdict = self._judge(draft, rows)
+        elif self.in_graph:
             verdict = match_greedy(draft.tokens, target.decode_argmax(batch))
         elif self.config.exact:
             verdict = self._judge(draft, _ChunkedRows(target, batch, target.exact_batch))
         else:
             verdict = self._judge(draft, target.decode(batch, range(len(batch))))
         target.rollback(n_before + 1 + verdict.n_accepted)
-        return verdict
+        return verdict, draft
 
     def _judge(self, draft: Draft, rows: Rows) -> Verdict:
         if self.config.adjust:

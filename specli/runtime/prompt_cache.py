@@ -35,9 +35,10 @@ MIN_GAIN = 64
 
 
 class StatefulModel(Protocol):
-    """What the cache needs of a loaded model (specli.backend.Model)."""
+    """What the cache needs of a loaded model (specli.backend.Model, or a slot's SeqModel)."""
 
-    tokens: list[int]
+    @property
+    def tokens(self) -> list[int]: ...
 
     def save_state(self) -> StateBuffer: ...
 

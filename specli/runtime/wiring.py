@@ -70,6 +70,7 @@ class Runtime:
     # auto's acceptance carried from one generation to the next (a server, a chat); off for
     # one-shot runs and for bench, whose generations are measured each from a cold start
     learn_across: bool = False
+    shared_batches: bool = False  # a server's slot: its batches hold other slots' rows too
     _calibration: Calibration | None = field(default=None, repr=False)
     _costs: dict[str, CostModel] = field(default_factory=dict, repr=False)  # per verify mode
     _history: HistoryStore | None = field(default=None, repr=False)
@@ -114,8 +115,10 @@ class Runtime:
             return suffix or ngram
         if s.drafter == "auto":
             model = self._draft_model_drafter(s, bias) if self.draft is not None else None
-            return AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s),
+            auto = AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s),
                                ledger=s.auto_ledger)
+            auto.shared_batches = self.shared_batches
+            return auto
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")
         if s.drafter == "hybrid":
@@ -275,13 +278,14 @@ CALIBRATION_CONTEXT = 128
 KV_BYTES = {"auto": 1.0, "f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
 
 
-def fit_context(s: Settings, model: ModelFile | Path, notes: list[str], remote: bool = False) -> int:
+def fit_context(s: Settings, model: ModelFile | Path, notes: list[str], remote: bool = False, n_seq: int = 1) -> int:
     """The context to ask for: the setting, capped at what the model was trained for,
-    refused early when model + KV cache cannot fit in free memory (CPU only; not for a
-    model on RPC servers). `model` is a file already read, or the path of one to read."""
+    refused early when model + KV cache (of `n_seq` such contexts) cannot fit in free
+    memory (CPU only; not for a model on RPC servers). `model` is a file already read,
+    or the path of one to read."""
     if not isinstance(model, ModelFile):
         with read_model_file(model) as f:
-            return fit_context(s, f, notes, remote)
+            return fit_context(s, f, notes, remote, n_seq)
     path, info = model.path, model.info
     n_ctx = s.ctx
     trained = info.context_length
@@ -290,19 +294,21 @@ def fit_context(s: Settings, model: ModelFile | Path, notes: list[str], remote: 
         n_ctx = trained
     avail = available_memory()
     if avail is not None and not remote and not supports_gpu_offload():
-        need = path.stat().st_size + int(info.kv_bytes_per_token * KV_BYTES[s.kv_type]) * n_ctx
+        need = path.stat().st_size + int(info.kv_bytes_per_token * KV_BYTES[s.kv_type]) * n_ctx * n_seq
         if need > avail:
+            slots = f" for each of {n_seq} slots" if n_seq > 1 else ""
             raise ModelError(
-                f"{path.name} with a {n_ctx}-token context needs about {need / 2**30:.1f} GiB "
+                f"{path.name} with a {n_ctx}-token context{slots} needs about {need / 2**30:.1f} GiB "
                 f"but only {avail / 2**30:.1f} GiB of memory is free",
-                "lower --ctx, use --kv-type q8_0 or a smaller model",
+                "lower --ctx" + (" or --parallel" if n_seq > 1 else "") + ", use --kv-type q8_0 or a smaller model",
             )
     return n_ctx
 
 
-def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
+def open_runtime(s: Settings, recalibrate: bool = False, n_seq: int = 1) -> Runtime:
     """Resolve names; read each model file once (structure, tokenizer, metadata) to
-    check the pair and fit the context; then load the weights."""
+    check the pair and fit the context; then load the weights, each with `n_seq`
+    sequences of that context (a server's slots)."""
     target_path = registry.resolve(s.target)
     draft_path = registry.resolve(s.draft) if needs_draft_model(s) and s.draft else None
     servers = (*(s.rpc or ()), *((s.draft_rpc or ()) if draft_path else ()))
@@ -316,12 +322,13 @@ def open_runtime(s: Settings, recalibrate: bool = False) -> Runtime:
             same = draft_path.resolve() == target_path.resolve()
             draft_file = target_file if same else files.enter_context(read_model_file(draft_path))
         n_common = check_pair(target_file.vocab, draft_file.vocab) if draft_file else 0
-        target_opts = replace(load_options(s, for_draft=False), n_ctx=fit_context(s, target_file, notes, bool(s.rpc)))
+        target_opts = replace(load_options(s, for_draft=False), n_seq=n_seq,
+                              n_ctx=fit_context(s, target_file, notes, bool(s.rpc), n_seq))
         draft_opts = None
         if draft_file is not None:
             # the draft never needs more context than the target; with less it stops drafting
-            draft_ctx = min(fit_context(s, draft_file, notes, bool(s.draft_rpc)), target_opts.n_ctx)
-            draft_opts = replace(load_options(s, for_draft=True), n_ctx=draft_ctx)
+            draft_ctx = min(fit_context(s, draft_file, notes, bool(s.draft_rpc), n_seq), target_opts.n_ctx)
+            draft_opts = replace(load_options(s, for_draft=True), n_ctx=draft_ctx, n_seq=n_seq)
     target = Model(target_file, target_opts)
     draft = None
     try:

@@ -89,8 +89,10 @@ async def models(request: HttpRequest) -> Response:
 async def health(request: HttpRequest) -> Response:
     """GET /health: 200 once the model is loaded and warm, 503 before and while stopping."""
     worker = _served(request).worker
-    if worker.state == "ready":
-        return JSONResponse({"status": "ok"})
+    if worker.state == "ready":  # llama-server's fields
+        busy = worker.n_running
+        return JSONResponse({"status": "ok", "slots_idle": worker.parallel - busy, "slots_processing": busy,
+                             "requests_waiting": worker.n_waiting})
     return error_response(errors.health(worker.state))
 
 
@@ -100,7 +102,9 @@ async def prometheus(request: HttpRequest) -> Response:
     authorize(request, served.config.api_key)
     worker = served.worker
     cache = worker.cache.stats if worker.cache is not None else None
-    text = served.stats.prometheus(running=int(worker.running is not None), waiting=worker.n_waiting, cache=cache)
+    slots = worker.slots.stats if worker.slots is not None else None
+    text = served.stats.prometheus(running=worker.n_running, waiting=worker.n_waiting, cache=cache,
+                                   slots=(worker.parallel, slots))
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from specli.engine import metrics
 from specli.runtime.prompt_cache import CacheStats
+from specli.runtime.slots import SlotStats
 from specli.serve.worker import RequestRecord
 
 PREFIX = "specli:"  # vLLM's names under specli's own prefix (vLLM uses `vllm:`), so both can share a Prometheus
@@ -56,7 +57,8 @@ class ServerMetrics:
             self.queue_s += r.queue_s
             self.request_s += r.total_s
 
-    def prometheus(self, running: int, waiting: int, cache: CacheStats | None = None) -> str:
+    def prometheus(self, running: int, waiting: int, cache: CacheStats | None = None,
+                   slots: tuple[int, SlotStats | None] = (1, None)) -> str:
         """Prometheus text exposition format 0.0.4."""
         lines: list[str] = []
 
@@ -69,7 +71,7 @@ class ServerMetrics:
             metric("requests_total", "counter", "Requests finished, by endpoint and HTTP status (499: client gone).",
                    [(f'{{endpoint="{e}",status="{s}"}}', n) for (e, s), n in sorted(self.requests.items())]
                    or [("", 0)])
-            metric("requests_running", "gauge", "Requests generating now (0 or 1).", [("", running)])
+            metric("requests_running", "gauge", "Requests generating now (one per busy slot).", [("", running)])
             metric("requests_waiting", "gauge", "Requests waiting in the queue.", [("", waiting)])
             metric("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", [("", self.prompt_tokens)])
             metric("prompt_tokens_cached_total", "counter", "Of those, reused from the KV cache.",
@@ -94,9 +96,25 @@ class ServerMetrics:
             metric("queue_seconds_total", "counter", "Seconds requests waited in the queue.", [("", self.queue_s)])
             metric("request_seconds_total", "counter", "Seconds from arrival to the end of each request.",
                    [("", self.request_s)])
+        n_slots, rounds = slots
+        metric("slots", "gauge", "Slots, by state.", [('{state="busy"}', running), ('{state="idle"}', n_slots - running)])
+        if rounds is not None:
+            _slot_metrics(metric, rounds, n_slots)
         if cache is not None:
             _cache_metrics(metric, cache)
         return "\n".join(lines) + "\n"
+
+
+def _slot_metrics(metric: Callable[[str, str, str, list[tuple[str, float]]], None], s: SlotStats, n: int) -> None:
+    with s.lock:
+        rows = [(f'{{slot="{i}"}}', float(s.rows.get(i, 0))) for i in range(n)]
+        steps = [(f'{{slot="{i}"}}', float(s.steps.get(i, 0))) for i in range(n)]
+        last = [(f'{{slot="{i}"}}', float(s.last.get(i, 0))) for i in range(n)]
+        rounds = s.rounds
+    metric("batches_total", "counter", "Target batches (one llama_decode for every busy slot).", [("", rounds)])
+    metric("slot_rows_total", "counter", "Target batch rows each slot got (its token and its draft).", rows)
+    metric("slot_batches_total", "counter", "Target batches each slot was in.", steps)
+    metric("slot_rows_last", "gauge", "Rows each slot got in the last batch (0: not in it).", last)
 
 
 def _cache_metrics(metric: Callable[[str, str, str, list[tuple[str, float]]], None], c: CacheStats) -> None:

@@ -46,6 +46,7 @@ class ServeOptions:
     max_tokens_cap: int | None = None  # the server's --max-tokens, when one was given
     recalibrate: bool = False
     cache: CacheOptions | None = CacheOptions()  # None: no prompt cache
+    parallel: int = 1  # slots
 
 
 def is_local(host: str) -> bool:
@@ -108,14 +109,15 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
             console.print(f"note: {note}", markup=False, highlight=False)
         draft = f" + draft {rt.draft.name}" if rt.draft is not None else ""
         console.print(f"specli serve: {url} (model {model_id!r}: {rt.target.name}{draft}; drafter {s.drafter}, "
-                      f"queue {o.queue}{', API key required' if o.api_key else ''}); Ctrl-C stops it",
+                      f"{o.parallel} slots, queue {o.queue}{', API key required' if o.api_key else ''}); Ctrl-C stops it",
                       markup=False, highlight=False, soft_wrap=True)
 
     def failed(e: BaseException) -> None:
         if server is not None:
             server.should_exit = True
 
-    worker = Worker(s, o.queue, recalibrate=o.recalibrate, max_tokens_cap=o.max_tokens_cap, cache=o.cache,
+    worker = Worker(s, o.queue, recalibrate=o.recalibrate, parallel=o.parallel, max_tokens_cap=o.max_tokens_cap,
+                    cache=o.cache,
                     on_record=record,
                     on_progress=dash.progress if dash is not None else (lambda job, c: None),
                     on_ready=ready, on_failed=failed)

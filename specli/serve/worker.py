@@ -1,6 +1,8 @@
-"""The one generation thread: it loads the pair, warms it up, then serves jobs one at a
-time in arrival order from a bounded queue (mlx-lm's server shape). It owns the
-runtime; the HTTP side only submits jobs, reads what they push, and cancels them.
+"""The generation threads: one loads the pair (with a sequence per slot), warms it up,
+then starts a thread per slot; each slot serves jobs in arrival order from one bounded
+queue, its decodes put in one llama_decode with the other slots' (runtime.rounds). The
+worker owns the runtime; the HTTP side only submits jobs, reads what they push, and
+cancels them.
 
 A job pushes `Delta`s (new text), then one `Outcome`, or an `ApiError`. Cancelling is a
 flag checked between engine steps, so a dropped client costs at most one step; a job
@@ -25,6 +27,7 @@ from specli.errors import SpecliError, UsageError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime, prompting
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
+from specli.runtime.slots import Slot, Slots
 from specli.serve import errors
 from specli.serve.errors import ApiError, invalid
 from specli.serve.requests import Request
@@ -83,7 +86,7 @@ class Worker:
     """The generation thread and its queue. `on_record` hears every job that ends,
     `on_ready` once the pair is loaded and warm, `on_failed` if loading fails."""
 
-    def __init__(self, settings: Settings, queue_max: int, *, recalibrate: bool = False,
+    def __init__(self, settings: Settings, queue_max: int, *, recalibrate: bool = False, parallel: int = 1,
                  max_tokens_cap: int | None = None, cache: CacheOptions | None = CacheOptions(),
                  on_record: Callable[[RequestRecord], None] = lambda r: None,
                  on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
@@ -100,7 +103,8 @@ class Worker:
         self.state: State = "loading"
         self.error: BaseException | None = None
         self.rt: Runtime | None = None
-        self.running: Job | None = None
+        self.parallel = max(1, parallel)
+        self.slots: Slots | None = None  # once loaded
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
@@ -155,7 +159,7 @@ class Worker:
             if self.state != "ready":
                 self.ready_runtime()
             if len(self._waiting) >= self.queue_max:
-                wait = self._mean_s * (len(self._waiting) + 1)
+                wait = self._mean_s * (len(self._waiting) + 1) / self.parallel
                 raise errors.busy(len(self._waiting), self.queue_max, retry_after=max(1, math.ceil(wait)))
             self._waiting.append(job)
             self._cond.notify_all()
@@ -170,6 +174,10 @@ class Worker:
     @property
     def n_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def n_running(self) -> int:
+        return sum(s.job is not None for s in self.slots.slots) if self.slots is not None else 0
 
     def stop(self) -> None:
         """Stop taking jobs: the running one ends at its next step, waiting ones get 503."""
@@ -190,11 +198,12 @@ class Worker:
     # -- the generation thread ------------------------------------------------------------
     def _main(self) -> None:
         try:
-            self.rt = open_runtime(self.settings, recalibrate=self.recalibrate)
+            self.rt = open_runtime(self.settings, recalibrate=self.recalibrate, n_seq=self.parallel)
             self.rt.learn_across = True  # each request starts from what the earlier ones showed
             self._warm_up(self.rt)
             if self.cache_options is not None:
                 self.cache = open_prompt_cache(self.rt.target, self.rt.draft, self.cache_options)
+            self.slots = Slots(self.rt, self.parallel, self.cache)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
             self.state = "failed"
@@ -208,9 +217,13 @@ class Worker:
                 self.state = "ready"
         if self.state == "ready":
             self.on_ready(self.rt)
+        threads = [threading.Thread(target=self._slot_main, args=(slot,), name=f"specli-slot-{slot.index}",
+                                    daemon=True) for slot in self.slots.slots]
         try:
-            while (job := self._next()) is not None:
-                self._serve(self.rt, job)
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         finally:
             if self.cache is not None:
                 with contextlib.suppress(Exception):  # a full disk loses the cache, not the models' close
@@ -229,31 +242,44 @@ class Worker:
                 break
         events.close()
 
-    def _next(self) -> Job | None:
+    def _slot_main(self, slot: Slot) -> None:
+        while (job := self._next(slot)) is not None:
+            self._serve(slot, job)
+
+    def _next(self, slot: Slot) -> Job | None:
+        """The first waiting job, once this slot is the idle one best placed for it (the
+        longest prompt prefix cached)."""
+        assert self.slots is not None
         with self._cond:
-            while not self._waiting and self.state == "ready":
+            while self.state == "ready":
+                if self._waiting and self.slots.best_for(self._waiting[0].prompt) is slot:
+                    job = slot.job = self._waiting.popleft()
+                    self._cond.notify_all()  # the next job may be another slot's
+                    return job
                 if not self._cond.wait(timeout=SAVE_EVERY_S / 2):
                     self._save_if_due()
-            if self.state != "ready":
-                return None
-            job = self._waiting.popleft()
-            self.running = job
-        return job
+            return None
 
     def _save_if_due(self) -> None:
+        if self.n_running:  # the history store is written while no slot adds to it
+            return
         if self.rt is not None and time.monotonic() - self._saved_at >= SAVE_EVERY_S:
             self.rt.save_history()
             self._saved_at = time.monotonic()
 
-    def _serve(self, rt: Runtime, job: Job) -> None:
+    def _serve(self, slot: Slot, job: Job) -> None:
+        assert self.slots is not None
         job.t_start = time.perf_counter()
         counters = metrics.Counters(n_prompt=len(job.prompt))
         status, error, finish = 200, "", "cancelled"
         use: CacheUse | None = None
         try:
             if not job.cancelled.is_set():  # its client left while it was being taken off the queue
-                use = self.cache.prepare(job.prompt) if self.cache is not None else None
-                counters, finish = self._generate(rt, job, use)
+                if slot.cache is not None:
+                    with self.slots.cache_lock:
+                        use = slot.cache.prepare(job.prompt)
+                self.slots.begin(slot)
+                counters, finish = self._generate(slot.rt, job, use)
         except SpecliError as e:
             err = errors.from_specli(e)
             status, error, finish = err.status, e.one_line(), "error"
@@ -263,13 +289,16 @@ class Worker:
             status, error, finish = err.status, errors.describe(e), "error"
             job.push(err)
         finally:
-            self.running = None
+            self.slots.end(slot)
             t_end = time.perf_counter()
             self._mean_s = 0.8 * self._mean_s + 0.2 * (t_end - job.t_start)
             if finish == "cancelled":
                 status = errors.CLIENT_GONE.status
             self.on_record(RequestRecord(job.id, job.request.kind, status, counters, finish,
                                          job.t_start - job.t_arrival, t_end - job.t_arrival, error, use))
+            with self._cond:
+                slot.job = None
+                self._cond.notify_all()
 
     def _generate(self, rt: Runtime, job: Job, use: CacheUse | None) -> tuple[metrics.Counters, str]:
         s = job.settings

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from specli.drafters.auto.costs import CostModel
 from specli.drafters.auto.policy import AcceptanceStats, Choice, Ledger, choose
+from specli.drafters.auto.split import expected_gains
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import PREDICTION, NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
@@ -87,6 +88,9 @@ class AutoDrafter(Drafter):
         self._prefix = 0  # tokens a grammar forced before it
         self._max_new = PAYBACK_TOKENS  # the generation's max_tokens (budget), and where it began
         self._n_start = 0
+        # a slot of a server: its batches are shared, and the round shares the draft rows out
+        # by cost over all slots (runtime.rounds); each step offers its lookups' whole drafts
+        self.shared_batches = False
 
     @property
     def costs(self) -> CostModel:
@@ -163,6 +167,8 @@ class AutoDrafter(Drafter):
                 choice = Choice(name, 1, 0.0)
                 self._probing = name
                 break
+        if self.shared_batches and self._probing is None:
+            choice = self._offer(choice, lookups, stats)
         self.last = choice
         self._shadow = [(name, d.tokens, self._match[name]) for name, d in lookups.items()
                         if d.tokens and name != choice.drafter]
@@ -178,11 +184,26 @@ class AutoDrafter(Drafter):
             d.source = "draft"
         else:
             d = Draft(source="none")
+        if self.shared_batches and d.tokens and self._probing is None:
+            d.gains = expected_gains(stats[choice.drafter].rates(len(d.tokens)))
         for name in self._since_tried:
             self._since_tried[name] = 0 if name == choice.drafter else self._since_tried[name] + 1
         self._used = (choice.drafter, len(d.tokens))
         self._extra = 0
         return d
+
+    def _offer(self, choice: Choice, lookups: dict[str, Draft], stats: dict[str, AcceptanceStats]) -> Choice:
+        """In a shared batch: the lookup whose whole draft is expected to emit the most, offered
+        whole (the round cuts it by cost), unless the draft model was chosen."""
+        if choice.drafter == "draft":
+            return choice
+        best, gain = choice, 0.0
+        for name, d in lookups.items():
+            if d.tokens:
+                g = float(expected_gains(stats[name].rates(len(d.tokens)))[-1])
+                if g > gain:
+                    best, gain = Choice(name, len(d.tokens), choice.speed), g
+        return best
 
     def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
         """The generation's grammar, for the draft model (lookups are cut by the engine)."""

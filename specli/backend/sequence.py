@@ -1,0 +1,107 @@
+"""One sequence of a model that holds several (a server's slot): the `LanguageModel` the
+engine and the drafters use for it. Its decodes go through a `Batcher`, which puts them
+in one llama_decode with the other slots' (specli.runtime.rounds); long ones are cut in
+chunks so that a new prompt's prefill shares the steps of the running slots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from specli.backend.model import Model, StateBuffer
+from specli.backend.vocab import StreamDetokenizer
+
+
+class Batcher(Protocol):
+    def decode(self, seq: SeqModel, tokens: Sequence[int], rows: Sequence[int],
+               gains: np.ndarray | None = None) -> np.ndarray:
+        """`tokens` appended to `seq`, decoded with the other slots' parts of this round;
+        its rows, or with `gains` (the expected tokens a draft of each length 0..n-1
+        emits) perhaps only the first few (a round may give it fewer draft rows)."""
+        ...
+
+
+class SeqModel:
+    """Sequence `seq` of `model`. `decode_seconds` counts this sequence's share of the
+    rounds it was in (the round's time by its share of the rows)."""
+
+    batch_shared = True  # its batches are shared with other slots: their time is not its own
+
+    def __init__(self, model: Model, seq: int, batcher: Batcher | None = None, chunk: int = 0) -> None:
+        self.model, self.seq, self.batcher = model, seq, batcher
+        self.chunk = max(1, min(chunk or model.n_batch, model.n_batch))
+        self.n_vocab, self.n_ctx = model.n_vocab, model.n_ctx
+        self.device_argmax = False
+        self.decode_seconds = 0.0
+
+    def __getattr__(self, name: str) -> Any:  # the model's tokenizer, name, path, template ...
+        return getattr(self.model, name)
+
+    @property
+    def exact_batch(self) -> int:
+        return self.model.exact_batch
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.model.seq_tokens(self.seq)
+
+    @property
+    def n_past(self) -> int:
+        return len(self.model.seq_tokens(self.seq))
+
+    def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
+        """As `Model.decode`, in rounds of at most `chunk` tokens."""
+        rows = list(logit_rows)
+        n = len(tokens)
+        if n == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        if n <= self.chunk:
+            return self._decode(tokens, rows)
+        parts: list[np.ndarray] = []
+        for start in range(0, n, self.chunk):
+            end = min(n, start + self.chunk)
+            got = self._decode(tokens[start:end], [r - start for r in rows if start <= r < end])
+            if len(got):
+                parts.append(got.copy())  # the next round overwrites it
+        if not parts:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.concatenate(parts)
+
+    def decode_offer(self, tokens: Sequence[int], gains: np.ndarray) -> np.ndarray:
+        """[last, *draft] with every row asked, where the round may keep only a head of
+        the draft: `gains[k]` is the tokens the step is expected to emit with k of it."""
+        if self.batcher is None or len(tokens) > self.chunk:
+            return self.decode(tokens, range(len(tokens)))
+        return self.batcher.decode(self, tokens, list(range(len(tokens))), gains)
+
+    def _decode(self, tokens: Sequence[int], rows: list[int]) -> np.ndarray:
+        if self.batcher is None:
+            t0 = self.model.decode_seconds
+            out = self.model.decode(tokens, rows, self.seq)
+            self.decode_seconds += self.model.decode_seconds - t0
+            return out
+        return self.batcher.decode(self, tokens, rows)
+
+    def decode_argmax(self, tokens: Sequence[int]) -> Callable[[int], int]:
+        rows = self.decode(tokens, range(len(tokens)))
+        return lambda i: int(rows[i].argmax())
+
+    def rollback(self, n_keep: int) -> None:
+        self.model.rollback(n_keep, self.seq)
+
+    def reset(self) -> None:
+        self.model.reset(self.seq)
+
+    def save_state(self) -> StateBuffer:
+        return self.model.save_state(self.seq)
+
+    def load_state(self, data: StateBuffer, tokens: Sequence[int]) -> bool:
+        return self.model.load_state(data, tokens, self.seq)
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def stream_detokenizer(self) -> StreamDetokenizer:
+        return self.model.stream_detokenizer()

@@ -1,0 +1,43 @@
+"""Draft rows shared out across the slots of one batch: the split that gives the most
+expected tokens per unit of the whole batch's cost (pure math)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray]) -> list[int]:
+    """Draft lengths k_i, one per offer, maximising sum_i gains[i][k_i] / cost(rows).
+
+    `gains[i][k]` is the tokens offer i is expected to emit when k of its draft tokens
+    are verified (gains[i][0] is the plain step's token); each offer takes 1 + k_i rows,
+    beside `fixed_rows` rows nobody may cut (prefill chunks, drafts of a fixed length).
+    `batch_cost(n)` prices batches of 1..n rows (an array, index n - 1).
+
+    The gains are concave in k (each further token is kept only if every one before it
+    was), so for each total of draft rows D the best split takes the D largest
+    increments over all offers; the best D is then read off the cost curve."""
+    if not gains:
+        return []
+    base = fixed_rows + len(gains)
+    inc = [np.diff(np.asarray(g, dtype=np.float64)) for g in gains]
+    owner = np.concatenate([np.full(len(d), i) for i, d in enumerate(inc)]) if inc else np.zeros(0, int)
+    flat = np.concatenate(inc) if inc else np.zeros(0)
+    if flat.size == 0:
+        return [0] * len(gains)
+    # largest increments first; within an offer they already come in order (stable sort)
+    order = np.argsort(-flat, kind="stable")
+    tokens = float(sum(g[0] for g in gains)) + np.concatenate([[0.0], np.cumsum(flat[order])])
+    cost = np.asarray(batch_cost(base + flat.size), dtype=np.float64)[base - 1:]
+    best = int(np.argmax(tokens / cost))
+    return [int(n) for n in np.bincount(owner[order[:best]], minlength=len(gains))]
+
+
+def expected_gains(rates: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Tokens a step emits with k = 0..len(rates) drafted tokens, where rates[j] is the
+    chance that token j is kept given every one before it was: 1 + sum of the chances
+    that the first j tokens all are."""
+    reach = np.cumprod(np.asarray(rates, dtype=np.float64))
+    return np.concatenate([[1.0], 1.0 + np.cumsum(reach)])

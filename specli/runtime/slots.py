@@ -1,0 +1,100 @@
+"""A server's slots: n sequences of the loaded pair, each a Runtime of its own over one
+sequence of each model, their decodes in shared rounds (runtime.rounds), their prompt
+caches one store seen through each slot's sequences."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from specli.backend.sequence import SeqModel
+from specli.runtime.prompt_cache import PromptCache
+from specli.runtime.rounds import Round, Rounds
+from specli.runtime.wiring import Runtime
+
+
+def prefill_chunk(n_batch: int, n_slots: int) -> int:
+    """Prompt tokens a slot decodes per round: all slots prefilling at once fill one
+    n_batch (512: 128 each for 4 slots; a round of 128 prompt tokens costs about 15
+    plain steps of the Q4_K_M target on the 2-core machine, so a running slot waits
+    about 1 s per round while a new prompt comes in, not the whole prefill)."""
+    return max(16, n_batch // max(1, n_slots))
+
+
+@dataclass
+class SlotStats:
+    """What the rounds did: per slot, the rows it got and the rounds it was in."""
+
+    rounds: int = 0
+    rows: dict[int, int] = field(default_factory=dict)
+    steps: dict[int, int] = field(default_factory=dict)
+    last: dict[int, int] = field(default_factory=dict)  # the last round's split
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, r: Round) -> None:
+        with self.lock:
+            self.rounds += 1
+            for seq, n in r.rows.items():
+                self.rows[seq] = self.rows.get(seq, 0) + n
+                self.steps[seq] = self.steps.get(seq, 0) + 1
+            self.last = dict(r.rows)
+
+
+@dataclass
+class Slot:
+    index: int
+    rt: Runtime  # over this slot's sequences
+    cache: PromptCache | None
+    job: Any = None  # the request it serves (the serve layer's), None when idle
+
+
+class Slots:
+    """n slots of `rt` (loaded with n sequences), sharing its costs, history and `cache`."""
+
+    def __init__(self, rt: Runtime, n: int, cache: PromptCache | None) -> None:
+        self.rt = rt
+        self.stats = SlotStats()
+        chunk = prefill_chunk(rt.target.n_batch, n)
+        self.draft_rounds = Rounds(rt.draft) if rt.draft is not None else None
+        self.rounds = Rounds(rt.target, prices=self._prices, on_round=self.stats.add, follower=self.draft_rounds)
+        if self.draft_rounds is not None:
+            self.rounds.drafting = set(range(n))
+        self.cache_lock = threading.Lock()  # one slot saves or restores at a time
+        self.slots: list[Slot] = []
+        for i in range(n):
+            target = SeqModel(rt.target, i, self.rounds, chunk)
+            draft = SeqModel(rt.draft, i, self.draft_rounds, chunk) if rt.draft is not None else None
+            view = replace(rt, target=target, draft=draft, shared_batches=n > 1)  # type: ignore[arg-type]
+            self.slots.append(Slot(i, view, replace(cache, target=target, draft=draft) if cache else None))
+
+    def _prices(self, n_max: int) -> np.ndarray | None:
+        costs = self.rt._costs.get("batch")  # noqa: SLF001 - the cost model auto prices with, once it exists
+        return costs.batch_ratios(n_max) if costs is not None and costs.step > 0 else None
+
+    def begin(self, slot: Slot) -> None:
+        """The slot's request is about to generate: rounds wait for it from now on."""
+        self.rounds.join(slot.index)
+
+    def end(self, slot: Slot) -> None:
+        self.rounds.leave(slot.index)
+        if self.draft_rounds is not None:
+            self.draft_rounds.leave(slot.index)
+
+    def best_for(self, prompt: list[int]) -> Slot | None:
+        """The idle slot whose cache shares the longest prefix with `prompt` (the lowest
+        index among equals), as llama-server picks by prompt similarity."""
+        best, n_best = None, -1
+        for s in self.slots:
+            if s.job is not None:
+                continue
+            cached = s.rt.target.tokens
+            n = min(len(cached), len(prompt))
+            a, b = np.asarray(cached[:n]), np.asarray(prompt[:n])
+            diff = np.flatnonzero(a != b)
+            shared = int(diff[0]) if len(diff) else n
+            if shared > n_best:
+                best, n_best = s, shared
+        return best

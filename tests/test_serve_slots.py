@@ -1,0 +1,161 @@
+"""`specli serve --parallel 4` as a real process through the real `openai` client: requests
+generated at once in shared batches, each answer what it is alone (up to near-ties, whose
+gaps are checked against the noise a slot can show), slots freed by dropped clients, a
+load of 16 clients x 5 requests, /health and /metrics on slots."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import SMOL, model_file
+
+from benchmarks.clients import divergence_gap, slot_noise
+from benchmarks.processes import ServeProcess, http, running
+from specli.backend import LoadOptions, Model
+
+openai = pytest.importorskip("openai")
+
+ARGS = ["--target", SMOL, "--draft", "none", "--ctx", "2048", "--parallel", "4", "--queue", "8"]
+PROMPTS = ["1, 2, 3, 4, 5,", "def add(a, b):\n    return", "The capital of France is", "Monday, Tuesday,",
+           "import numpy as np\n\n", "Roses are red,", "SELECT name FROM", "A haiku about the sea:\n"]
+NO_HISTORY = {"specli": {"history": False, "return_tokens": True}}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServeProcess]:
+    model_file(SMOL)
+    with running(ARGS) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: ServeProcess) -> Any:
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[tuple[Model, float]]:
+    """The target in this process (two sequences), and the near-tie bound of a slot."""
+    m = Model(model_file(SMOL), LoadOptions(n_ctx=2048, n_seq=2))
+    yield m, 2 * slot_noise(m)
+    m.close()
+
+
+def complete(client: Any, prompt: str, max_tokens: int = 24) -> list[int]:
+    r = client.completions.create(model=SMOL, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                  extra_body=NO_HISTORY)
+    return list(r.model_dump()["specli"]["tokens"])
+
+
+def same_or_near_tie(local: tuple[Model, float], prompt: str, alone: list[int], got: list[int]) -> bool:
+    model, bound = local
+    d = divergence_gap(model, model.tokenize(prompt, add_special=True, parse_special=True), alone, got)
+    return d is None or abs(d[1]) <= bound
+
+
+def test_four_at_once_share_batches_and_answer_as_alone(client: Any, server: ServeProcess,
+                                                        local: tuple[Model, float]) -> None:
+    alone = {p: complete(client, p, 48) for p in PROMPTS[:4]}
+    got: dict[str, list[int]] = {}
+    busy: list[int] = []
+
+    def one(p: str) -> None:
+        got[p] = complete(client, p, 48)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS[:4]]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        status, _, body = http("GET", server.base + "/health")
+        busy.append(int(json.loads(body)["slots_processing"]))
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    assert max(busy) >= 2  # /health saw slots busy at once
+    assert all(same_or_near_tie(local, p, alone[p], got[p]) for p in alone), (alone, got)
+    status, _, body = http("GET", server.base + "/metrics")
+    text = body.decode()
+    batches = int(next(line.split()[-1] for line in text.splitlines() if line.startswith("specli:batches_total")))
+    in_batches = sum(int(line.split()[-1]) for line in text.splitlines()
+                     if line.startswith("specli:slot_batches_total{"))
+    assert in_batches > batches  # some batch held several slots
+    assert 'specli:slots{state="idle"} 4' in text
+
+
+def test_a_dropped_client_frees_its_slot_at_the_next_step(client: Any, server: ServeProcess) -> None:
+    """Four long streams fill the slots; one client leaves; a waiting request starts
+    within about a step, and the other three streams go on."""
+    streams = [client.completions.create(model=SMOL, prompt=p, max_tokens=400, temperature=0, stream=True,
+                                         extra_body={"specli": {"history": False}}) for p in PROMPTS[:4]]
+    chunks = [iter(s) for s in streams]
+    for c in chunks:
+        next(c)
+    result: dict[str, Any] = {}
+
+    def waiting() -> None:
+        result["r"] = client.completions.create(model=SMOL, prompt=PROMPTS[4], max_tokens=8, temperature=0,
+                                                extra_body={"specli": {"history": False}})
+
+    t = threading.Thread(target=waiting)
+    t.start()
+    time.sleep(1.0)  # it waits in the queue: every slot is busy
+    streams[0].close()
+    t.join(30)
+    assert "r" in result
+    assert result["r"].model_dump()["specli"]["queue_s"] > 0.5
+    for c in chunks[1:]:
+        assert sum(1 for _ in c) > 5  # the others went on to their end
+    for s in streams[1:]:
+        s.close()
+
+
+def test_load_16_clients_complete_or_get_503(client: Any, server: ServeProcess, local: tuple[Model, float]) -> None:
+    """16 clients x 5 requests, 4 slots, queue 8: each request completes with its text (up
+    to near-ties) or gets 503 with Retry-After; none hangs; /health answers throughout;
+    RSS stays flat."""
+    prompts = PROMPTS
+    expected = {p: complete(client, p, 12) for p in prompts}
+    rss0 = server.rss_mib()
+    results: list[str] = []
+    health: list[tuple[int | None, float]] = []
+    stop = threading.Event()
+
+    def one_client(i: int) -> None:
+        c = openai.OpenAI(base_url=server.base + "/v1", api_key="x", max_retries=0, timeout=120)
+        for j in range(5):
+            p = prompts[(i + j) % len(prompts)]
+            try:
+                got = complete(c, p, 12)
+                results.append("ok" if same_or_near_tie(local, p, expected[p], got) else f"wrong: {p!r}")
+            except openai.APIStatusError as e:
+                retry = e.response.headers.get("retry-after")
+                results.append("503" if e.status_code == 503 and retry and int(retry) >= 1 else f"bad {e}")
+            except Exception as e:  # noqa: BLE001
+                results.append(f"error {type(e).__name__}: {e}")
+
+    def poll_health() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            health.append((server.health(), time.perf_counter() - t0))
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll_health)
+    poller.start()
+    clients = [threading.Thread(target=one_client, args=(i,)) for i in range(16)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join(300)
+    stop.set()
+    poller.join()
+    assert not any(t.is_alive() for t in clients), "a request hung"
+    assert len(results) == 80
+    assert all(r in ("ok", "503") for r in results), results
+    assert results.count("ok") >= 20 and results.count("503") >= 1, results
+    assert health and all(s == 200 for s, _ in health) and max(t for _, t in health) < 1.0
+    assert server.rss_mib() - rss0 < 64, (rss0, server.rss_mib())

@@ -1,0 +1,272 @@
+"""Slots: several sequences of one model decoded in shared rounds, each generation in its
+own thread exactly as alone (real models through the real llama.cpp), and the split of
+draft rows across slots by cost (pure math)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
+from conftest import total_variation as tv
+
+from benchmarks.clients import divergence_gap, slot_noise
+from specli.backend import LoadOptions, Model
+from specli.backend.sequence import SeqModel
+from specli.drafters import DraftModelDrafter, NgramDrafter
+from specli.drafters.auto.split import expected_gains, split_rows
+from specli.engine import GenerationConfig, run
+from specli.engine.sampling import probs_from_logits
+from specli.runtime.rounds import Round, Rounds
+from specli.types import Draft, Drafter, SamplingParams
+
+# -- the split (pure) -----------------------------------------------------------------------
+
+
+def _brute(gains: list[np.ndarray], fixed: int, cost: np.ndarray) -> float:
+    best = 0.0
+    for ks in itertools.product(*(range(len(g)) for g in gains)):
+        rows = fixed + len(gains) + sum(ks)
+        best = max(best, sum(g[k] for g, k in zip(gains, ks, strict=True)) / cost[rows - 1])
+    return best
+
+
+def _value(gains: list[np.ndarray], fixed: int, cost: np.ndarray, ks: list[int]) -> float:
+    return sum(g[k] for g, k in zip(gains, ks, strict=True)) / cost[fixed + len(gains) + sum(ks) - 1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_rows_is_the_best_split(seed: int) -> None:
+    """Against every split of up to 3 offers: the same tokens per cost."""
+    rng = np.random.default_rng(seed)
+    gains = [expected_gains(rng.uniform(0.2, 1.0, rng.integers(0, 5))) for _ in range(rng.integers(1, 4))]
+    fixed = int(rng.integers(0, 4))
+    cost = np.cumsum(rng.uniform(0.0, 1.0, 40)) + 1.0  # any rising cost
+    ks = split_rows(gains, fixed, lambda n: cost[:n])
+    assert all(0 <= k < len(g) for k, g in zip(ks, gains, strict=True))
+    assert _value(gains, fixed, cost, ks) == pytest.approx(_brute(gains, fixed, cost))
+
+
+CPU_Q4 = np.interp(np.arange(1, 66), [1, 2, 4, 8, 16, 33, 65], [1, 1.6, 2.8, 7, 8, 15, 29])  # the 2-core machine
+FLAT = np.interp(np.arange(1, 66), [1, 65], [1, 1.3])  # a GPU: rows nearly free
+
+
+LINEAR = 1.0 + 0.3 * np.arange(65)  # compute-bound: every row past the first costs 0.3 of a step
+
+
+def test_busy_compute_bound_batches_draft_less() -> None:
+    """Where every row costs its share, a slot alone drafts a likely run; three more slots
+    in the batch make its rows dear, and the drafts shrink; where rows are nearly free
+    every slot keeps its whole draft."""
+    likely = expected_gains([0.9] * 8)
+    alone = split_rows([likely], 0, lambda n: LINEAR[:n])
+    busy = split_rows([likely] * 4, 0, lambda n: LINEAR[:n])
+    assert alone[0] >= 3
+    assert max(busy) < alone[0]
+    assert split_rows([likely] * 4, 0, lambda n: FLAT[:n]) == [8] * 4
+
+
+def test_rows_go_to_the_slot_most_likely_to_keep_them() -> None:
+    sure, doubtful = expected_gains([0.95] * 6), expected_gains([0.3] * 6)
+    ks = split_rows([doubtful, sure], 0, lambda n: LINEAR[:n])
+    assert ks[1] > ks[0]
+
+
+def test_a_prefill_in_the_batch_makes_draft_rows_cheap() -> None:
+    """Beside a 128-token prompt chunk a few more rows cost next to nothing."""
+    g = expected_gains([0.6] * 4)
+    cost = np.interp(np.arange(1, 200), [1, 2, 4, 8, 16, 33, 65, 129, 200], [1, 1.6, 2.8, 7, 8, 15, 29, 58, 90])
+    assert split_rows([g], 0, lambda n: cost[:n]) == [0]
+    assert split_rows([g], 128, lambda n: cost[:n]) == [4]
+
+
+# -- sequences of one model (real llama.cpp) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol4() -> Iterator[Model]:
+    m = Model(model_file(SMOL), LoadOptions(n_ctx=1024, n_seq=4))
+    yield m
+    m.close()
+
+
+PROMPTS = ["The quick brown fox jumps over", "def add(a, b):\n    return", "1, 2, 3, 4, 5,", "Paris is the capital of"]
+
+
+def test_parts_decode_as_each_sequence_alone(smol: Model, smol4: Model) -> None:
+    """Three sequences in one llama_decode: each one's rows equal its own decode in a
+    one-sequence context, bit for bit (small batches take the same kernels); a rollback
+    of one leaves the others as they were."""
+    toks = [smol.tokenize(p) for p in PROMPTS[:3]]
+    alone = []
+    for t in toks:
+        smol.reset()
+        alone.append(smol.decode(t, range(len(t))).copy())
+    smol4.reset()
+    outs = smol4.decode_parts([(i, t, range(len(t))) for i, t in enumerate(toks)])
+    for a, b in zip(alone, outs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    smol4.rollback(2, 1)
+    assert [len(smol4.seq_tokens(i)) for i in range(3)] == [len(toks[0]), 2, len(toks[2])]
+    nxt = smol4.decode_parts([(0, [int(outs[0][-1].argmax())], [0]), (1, toks[1][2:4], [1])])
+    smol.reset()
+    smol.decode(toks[0])
+    np.testing.assert_array_equal(nxt[0][0], smol.decode([int(outs[0][-1].argmax())], [0])[0])
+    smol.reset()
+    np.testing.assert_array_equal(nxt[1][0], smol.decode(toks[1][:4], [3])[0])
+
+
+def test_a_state_moves_to_another_sequence(smol4: Model) -> None:
+    """A sequence's saved state loaded into another one (a slot restoring a conversation
+    another slot saved) gives the same next rows."""
+    t = smol4.tokenize(PROMPTS[0])
+    smol4.reset()
+    smol4.decode(t[:-1], seq=0)
+    state = smol4.save_state(0)
+    want = smol4.decode(t[-1:], [0], seq=0).copy()
+    assert smol4.load_state(state, t[:-1], seq=3)
+    assert smol4.seq_tokens(3) == t[:-1]
+    np.testing.assert_array_equal(smol4.decode(t[-1:], [0], seq=3)[0], want[0])
+
+
+class Offering(Drafter):
+    """n-gram drafts offered with gains (as auto's are in a slot), so rounds may cut them."""
+
+    name = "ngram"
+
+    def __init__(self, model: SeqModel) -> None:
+        self.ngram = NgramDrafter(1, 4, model.is_eog)
+        self.cuts = 0
+
+    def begin(self, history: Sequence[int]) -> None:
+        self.ngram.begin(history)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        d = self.ngram.propose(history, k)
+        if d.tokens:
+            d.gains = expected_gains([0.5] * len(d.tokens))
+        return d
+
+    def cut(self, n_kept: int) -> None:
+        self.cuts += 1
+
+
+def test_slots_generate_what_each_generates_alone(smol: Model, smol4: Model) -> None:
+    """Four greedy generations in four threads, their steps in shared rounds whose costs
+    cut the drafts: each gives the tokens it gives alone."""
+    toks = [smol.tokenize(p) for p in PROMPTS]
+    cfg = GenerationConfig(max_tokens=40, draft_max=6)
+    alone = [run(smol, t, cfg, NgramDrafter(1, 4, smol.is_eog)).tokens for t in toks]
+    smol4.reset()
+    seen: list[Round] = []
+    rounds = Rounds(smol4, prices=lambda n: CPU_Q4[:n] if n <= len(CPU_Q4) else None, on_round=seen.append)
+    seqs = [SeqModel(smol4, i, rounds, chunk=16) for i in range(4)]
+    drafters = [Offering(s) for s in seqs]
+    got: list[list[int] | None] = [None] * 4
+
+    def slot(i: int) -> None:
+        rounds.join(i)
+        try:
+            got[i] = run(seqs[i], toks[i], cfg, drafters[i]).tokens  # type: ignore[arg-type]
+        finally:
+            rounds.leave(i)
+
+    threads = [threading.Thread(target=slot, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    smol4.reset()
+    bound = 2 * slot_noise(smol4)
+    for t, a, b in zip(toks, alone, got, strict=True):
+        assert b is not None
+        d = divergence_gap(smol, t, a, b)
+        assert d is None or abs(d[1]) <= bound, (d, bound)  # the same tokens, or a near-tie
+    assert max(len(r.rows) for r in seen) == 4  # rounds did hold every slot
+    assert sum(d.cuts for d in drafters) > 0  # and cut drafts by cost
+
+
+# -- sampling in a slot with three others busy (Qwen pair) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen_slots() -> Iterator[tuple[Model, Model]]:
+    target = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=512, n_seq=4))
+    draft = Model(model_file(QWEN_DRAFT), LoadOptions(n_ctx=512, n_seq=4))
+    yield target, draft
+    target.close()
+    draft.close()
+
+
+def test_sampling_in_a_slot_follows_the_target_with_others_busy(qwen_slots: tuple[Model, Model]) -> None:
+    """The same test as alone (test_engine: the first two tokens at temperature 0.8 follow
+    p(t1) p(t2 | t1), t2 drafted by the draft model), run in slot 0 while three slots
+    generate beside it in the same rounds (one of them drafting with the draft model in
+    the same draft rounds)."""
+    target, draft = qwen_slots
+    params = SamplingParams(temperature=0.8)
+    toks = target.tokenize("Once upon a time", add_special=False)
+    target.reset()
+    draft.reset()
+    p1 = probs_from_logits(target.decode(toks, [len(toks) - 1])[0], params)
+    draft.decode(toks[:-1])
+    exact: dict[tuple[int, int], float] = {}
+    accept_all: dict[tuple[int, int], float] = {}
+    for t1 in np.flatnonzero(p1 > 1e-3):
+        target.rollback(len(toks))
+        p2 = probs_from_logits(target.decode([int(t1)], [0])[0], params)
+        draft.rollback(len(toks) - 1)
+        q2 = probs_from_logits(draft.decode([toks[-1], int(t1)], [1])[0], params)
+        for t2 in np.flatnonzero(p2 > 1e-3):
+            exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
+        for t2 in np.flatnonzero(q2 > 1e-3):
+            accept_all[(int(t1), int(t2))] = float(p1[t1] * q2[t2])
+    target.reset()
+    draft.reset()
+
+    draft_rounds = Rounds(draft)
+    seen: list[Round] = []
+    rounds = Rounds(target, on_round=seen.append, follower=draft_rounds, drafting={0, 1, 2, 3})
+    t_seq = [SeqModel(target, i, rounds, 64) for i in range(4)]
+    d_seq = [SeqModel(draft, i, draft_rounds, 64) for i in range(4)]
+    done = threading.Event()
+
+    def busy(i: int) -> None:
+        rounds.join(i)
+        try:
+            other = target.tokenize(f"Item {i}: a list of colours, one per line:\n", add_special=False)
+            while not done.is_set():  # slot 1 drafts with the draft model too, slots 2 and 3 decode plainly
+                cfg = GenerationConfig(max_tokens=12, draft_max=2, sampling=SamplingParams(temperature=0.7, seed=i))
+                drafter = DraftModelDrafter(d_seq[i], cfg.sampling) if i == 1 else None
+                run(t_seq[i], other, cfg, drafter)  # type: ignore[arg-type]
+        finally:
+            rounds.leave(i)
+            draft_rounds.leave(i)
+
+    others = [threading.Thread(target=busy, args=(i,)) for i in (1, 2, 3)]
+    for t in others:
+        t.start()
+    n = 120
+    seen_pairs: Counter[tuple[int, int]] = Counter()
+    rounds.join(0)
+    try:
+        for seed in range(n):
+            cfg = GenerationConfig(max_tokens=3, draft_max=3, sampling=SamplingParams(temperature=0.8, seed=seed))
+            res = run(t_seq[0], toks, cfg, DraftModelDrafter(d_seq[0], cfg.sampling))  # type: ignore[arg-type]
+            assert res.counters.n_drafted > 0
+            seen_pairs[(res.tokens[0], res.tokens[1])] += 1
+    finally:
+        rounds.leave(0)
+        draft_rounds.leave(0)
+        done.set()
+        for t in others:
+            t.join(120)
+    assert any(len(r.rows) >= 3 and 0 in r.rows for r in seen)  # slot 0 shared its rounds
+    bound = 0.2 + 1.0 - sum(exact.values())  # as alone: see test_engine
+    assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
+    observed = tv({k: v / n for k, v in seen_pairs.items()}, exact)
+    assert observed < bound, (observed, bound)
