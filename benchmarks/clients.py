@@ -101,15 +101,15 @@ NOISE_TEXT = ("def area(r):\n    return 3.14159 * r * r\n\nprint(area(2), area(3
 
 def divergence_gap(model: Model, prompt: list[int], a: list[int], b: list[int]) -> tuple[int, float] | None:
     """Where two generations of `prompt` first differ, and the logit gap between their two
-    tokens there (decoded one token at a time); None where they are equal."""
+    tokens there (the context decoded as a generation decodes it: the prompt but its last
+    token in one batch, then one token at a time); None where they are equal."""
     n = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), None)
     if n is None:
         return None if len(a) == len(b) else (min(len(a), len(b)), float("inf"))
     model.reset()
-    context = [*prompt, *a[:n]]
-    model.decode(context[:1])
+    model.decode(prompt[:-1])
     row = np.zeros(0)
-    for t in context[1:]:
+    for t in [prompt[-1], *a[:n]]:
         row = model.decode([t], [0])[0]
     return n, float(row[a[n]] - row[b[n]])
 

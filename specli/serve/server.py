@@ -24,7 +24,7 @@ from specli.runtime.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
 from specli.serve.metrics import ServerMetrics
-from specli.serve.view import ServeDashboard, log_line
+from specli.serve.view import ServeDashboard, batch_split, log_line
 from specli.serve.worker import RequestRecord, Worker
 
 EXIT_WAIT_S = 4.0  # after a signal: the longest wait for the running step before leaving anyway
@@ -89,8 +89,10 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
 
     def status() -> str:
         waiting = worker.n_waiting if worker is not None else 0
+        slots = worker.slots if worker is not None else None
+        split = f"; last batch's rows by slot {batch_split(slots.stats.last, o.parallel)}" if slots else ""
         return (f"{sum(stats.requests.values())} served, {waiting} waiting; {stats.generation_tokens} tokens "
-                f"generated, {stats.accepted_tokens}/{stats.draft_tokens} drafted accepted")
+                f"generated, {stats.accepted_tokens}/{stats.draft_tokens} drafted accepted{split}")
 
     dash = ServeDashboard(console, status) if o.dashboard else None
     model_id, aliases = model_names(s.target)

@@ -1,5 +1,6 @@
 """What the server shows: one log line per request, or (`--dashboard`) the same rows live
-in a rich table with the running request's figures updated as it generates."""
+in a rich table with the running requests' figures updated as they generate, and how the
+last batch split its rows across the slots."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class ServeDashboard:
         self.console = console
         self.status = status
         self.rows: deque[RequestRecord] = deque(maxlen=ROWS)
-        self.running: tuple[Job, metrics.Counters] | None = None
+        self.running: dict[str, tuple[Job, metrics.Counters]] = {}  # by job id
         self._lock = threading.Lock()
         self._live = Live(console=console, refresh_per_second=4, get_renderable=self.render, transient=False)
 
@@ -66,21 +67,26 @@ class ServeDashboard:
         self._live.__exit__(None, None, None)
 
     def progress(self, job: Job, counters: metrics.Counters) -> None:
-        self.running = (job, counters)
+        with self._lock:
+            self.running[job.id] = (job, counters)
 
     def record(self, r: RequestRecord) -> None:
         with self._lock:
             self.rows.append(r)
-            self.running = None
+            self.running.pop(r.id, None)
 
     def render(self) -> RenderableType:
         t = Table(*HEADERS, title="specli serve", title_justify="left", caption=self.status(), caption_justify="left")
         with self._lock:
             for r in self.rows:
                 t.add_row(*cells(r))
-        running = self.running
-        if running is not None:
-            job, c = running
+            running = list(self.running.values())
+        for job, c in running:
             row = RequestRecord(job.id, job.request.kind, 0, c, "generating", 0.0, 0.0)
             t.add_row(*cells(row), style="bold")
         return Group(t)
+
+
+def batch_split(last: dict[int, int], n_slots: int) -> str:
+    """The last batch's rows by slot, `slot 0: 5 | 1: 1 | 2: - | 3: 3` (- : not in it)."""
+    return " | ".join(f"{i}: {last.get(i, '-')}" for i in range(n_slots))

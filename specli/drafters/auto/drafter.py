@@ -27,6 +27,10 @@ FIRST_TRUST = 8
 # Lookups learn acceptance from shadows without drafting, so a probe only tests the cost:
 # taken where the match at hand is likely to hold.
 PROBE_MIN_RATE = 0.7
+# In a batch shared with other slots, a lookup offers at most this many tokens: each row is
+# waited for by every slot in the batch (on the 2-core machine a 79-row batch, two edits'
+# drafts, took 2.97 s, while each other slot got one token), so the rounds stay short.
+SHARED_DRAFT_MAX = 16
 LEARNED_FADE = 0.5  # weight of what earlier generations learned: new text is followed sooner
 Match = tuple[int, bool]  # a lookup's match length, and whether every earlier occurrence agreed
 
@@ -199,10 +203,11 @@ class AutoDrafter(Drafter):
             return choice
         best, gain = choice, 0.0
         for name, d in lookups.items():
-            if d.tokens:
-                g = float(expected_gains(stats[name].rates(len(d.tokens)))[-1])
+            n = min(len(d.tokens), SHARED_DRAFT_MAX)
+            if n:
+                g = float(expected_gains(stats[name].rates(n))[-1])
                 if g > gain:
-                    best, gain = Choice(name, len(d.tokens), choice.speed), g
+                    best, gain = Choice(name, n, choice.speed), g
         return best
 
     def constrain(self, constraint: Constraint | None, take_forced: bool = True) -> None:
