@@ -22,8 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +29,10 @@ import numpy as np
 
 from benchmarks import serve_workloads as wl
 from benchmarks.processes import ServeProcess
-from benchmarks.serve import LlamaServer, stream_chat
 from specli import profiles, registry
 from specli.backend import LoadOptions, Model
 from specli.bench.peers import binaries_dir
+from specli.bench.servers import LlamaServer, at_once, stream_chat
 
 ROOT = Path(__file__).resolve().parent.parent
 FRESH_OFFSET = 8  # coding questions after the ones benchmarks.serve uses: held out
@@ -45,29 +43,6 @@ def requests(n: int, bench: Path) -> list[list[dict[str, str]]]:
     fresh = wl.fresh_questions(FRESH_OFFSET + n, bench)[FRESH_OFFSET:]
     edits = [wl.edit_prompt(wl.FILE, e) for e in wl.EDITS[1:]]
     return [fresh[i // 2] if i % 2 == 0 else edits[i // 2 % len(edits)] for i in range(n)]
-
-
-def at_once(base: str, reqs: list[list[dict[str, str]]], max_tokens: int, extra: dict | None) -> dict:
-    """Every request sent at once; each one's figures and the wall until the last ends."""
-    out: list[dict | None] = [None] * len(reqs)
-
-    def one(i: int) -> None:
-        out[i] = stream_chat(base, reqs[i], max_tokens, {}, extra)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(reqs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    done = [r for r in out if r is not None]
-    if len(done) < len(reqs):
-        raise RuntimeError(f"{base}: {len(reqs) - len(done)} requests failed")
-    return {"wall": wall, "ttft": [r["first"] - t0 for r in done], "total": [r["last"] - t0 for r in done],
-            "texts": [r["text"] for r in done], "tokens": [r["specli"].get("tokens") for r in done],
-            "drafted": sum(int(r["timings"].get("draft_n", 0)) for r in done),
-            "accepted": sum(int(r["timings"].get("draft_n_accepted", 0)) for r in done)}
 
 
 def slot_noise(model: Model) -> float:

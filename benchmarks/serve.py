@@ -20,19 +20,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
-from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
 from benchmarks import serve_workloads as wl
-from benchmarks.processes import ServeProcess, free_port, http
+from benchmarks.processes import ServeProcess
 from specli import profiles, registry
 from specli.bench.peers import binaries_dir
+from specli.bench.servers import LlamaServer, stream_chat
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SPEC_TYPES = "ngram-simple,ngram-mod,ngram-cache,draft-simple"
@@ -58,89 +56,6 @@ class Result:
     def tokens_per_forward(self) -> float:
         forwards = self.completion_tokens - 1 - self.accepted  # after the first token
         return (self.completion_tokens - 1) / forwards if forwards > 0 else 0.0
-
-
-class LlamaServer:
-    """llama.cpp's llama-server on 127.0.0.1 with one slot (`slots=None`: its default)."""
-
-    def __init__(self, bin_dir: Path, spec_type: str, target: Path, draft: Path | None, threads: int,
-                 ctx: int, slots: int | None = 1) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        argv = [str(bin_dir / "llama-server"), "-m", str(target), "-t", str(threads), "-tb", str(threads),
-                "-c", str(ctx), *(["-np", str(slots)] if slots is not None else []), "--port", str(self.port),
-                "--host", "127.0.0.1", "--no-webui", "--temp", "0"]
-        if spec_type != "none":
-            argv += ["--spec-type", spec_type]
-        if spec_type == "draft-simple":
-            assert draft is not None
-            argv += ["-md", str(draft), "-td", str(threads), "-ngld", "0"]
-        self.log = open(tempfile.mktemp(prefix=f"llama-server-{spec_type}-", suffix=".log"), "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 600) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.proc.returncode}; see {self.log.name}")
-            try:
-                if http("GET", self.base + "/health", timeout=5)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"llama-server not ready; see {self.log.name}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
-def stream_chat(base: str, messages: list[dict[str, str]], max_tokens: int, headers: dict[str, str],
-                extra: dict | None = None) -> dict:
-    """One streamed greedy chat completion, timed by the client; `extra` joins the body."""
-    host, port = base.removeprefix("http://").split(":")
-    body = json.dumps({"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}, **(extra or {})})
-    conn = HTTPConnection(host, int(port), timeout=3600)
-    t0 = time.perf_counter()
-    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json", **headers})
-    resp = conn.getresponse()
-    if resp.status != 200:
-        raise RuntimeError(f"{base}: HTTP {resp.status}: {resp.read()[:300]!r}")
-    parts: list[str] = []
-    t_first = t_last = None
-    usage: dict = {}
-    timings: dict = {}
-    figures: dict = {}
-    finish = ""
-    for raw in resp:
-        line = raw.decode().strip()
-        if not line.startswith("data: "):
-            continue
-        data = line[6:]
-        if data == "[DONE]":
-            break
-        obj = json.loads(data)
-        usage = obj.get("usage") or usage
-        timings = obj.get("timings") or timings
-        figures = obj.get("specli") or figures
-        for choice in obj.get("choices", []):
-            text = (choice.get("delta") or {}).get("content")
-            if text:
-                now = time.perf_counter()
-                t_first = t_first or now
-                t_last = now
-                parts.append(text)
-            finish = choice.get("finish_reason") or finish
-    wall = time.perf_counter() - t0
-    conn.close()
-    return {"text": "".join(parts), "wall": wall, "t0": t0, "first": t_first or t0 + wall, "last": t_last or t0 + wall,
-            "usage": usage, "timings": timings, "specli": figures, "finish": finish}
 
 
 def result(system: str, workload: str, i: int, r: dict) -> Result:

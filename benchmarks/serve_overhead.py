@@ -18,8 +18,8 @@ import statistics
 import tempfile
 
 from benchmarks.processes import ServeProcess
-from benchmarks.serve import stream_chat
 from specli import profiles
+from specli.bench.servers import stream_chat
 from specli.bench.suites import suite
 from specli.engine import metrics, run
 from specli.runtime import open_runtime

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.processes import ServeProcess
-from benchmarks.serve import LlamaServer, stream_chat
 from specli import profiles, registry
 from specli.bench.peers import binaries_dir
+from specli.bench.servers import LlamaServer, stream_chat
 
 ANSWER = re.compile(r"\{\{answer:([^}]+)\}\}")
 

@@ -111,15 +111,8 @@ def _resolve(profile: str | None, overrides: dict[str, Any], mode: Mode | None =
         raise ProfileError(f"mode {mode.name!r}: {e.message}", e.hint) from None
 
 
-def plan_bench(opts: BenchOptions) -> Plan:
-    """Check every option and resolve every mode's settings; loads no model."""
-    if opts.repeat < 1:
-        raise UsageError(f"--repeat must be at least 1, got {opts.repeat}")
-    if opts.turns not in ("first", "all"):
-        raise UsageError(f"--turns must be first or all, got {opts.turns!r}")
-    if opts.write_profile is not None and not profiles.PROFILE_NAME_RE.match(opts.write_profile):
-        raise UsageError(f"--write-profile {opts.write_profile!r}: not a profile name",
-                         "letters, digits and . _ + - (no path)")
+def bench_prompts(opts: BenchOptions) -> tuple[list[Prompt], list[Prompt]]:
+    """(warm-up prompts for the history, prompts to run) as the options select them."""
     prompts: list[Prompt] = []
     if opts.prompts is not None:
         prompts += load_prompt_file(opts.prompts)
@@ -132,6 +125,19 @@ def plan_bench(opts: BenchOptions) -> Plan:
         prompts = select_prompts(prompts, split_list(opts.categories), opts.limit)
     if not prompts:
         raise UsageError("no prompts to run")
+    return warm, prompts
+
+
+def plan_bench(opts: BenchOptions) -> Plan:
+    """Check every option and resolve every mode's settings; loads no model."""
+    if opts.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, got {opts.repeat}")
+    if opts.turns not in ("first", "all"):
+        raise UsageError(f"--turns must be first or all, got {opts.turns!r}")
+    if opts.write_profile is not None and not profiles.PROFILE_NAME_RE.match(opts.write_profile):
+        raise UsageError(f"--write-profile {opts.write_profile!r}: not a profile name",
+                         "letters, digits and . _ + - (no path)")
+    warm, prompts = bench_prompts(opts)
 
     base_over = opts.base_overrides()
     base = _resolve(opts.profile, base_over)

@@ -49,6 +49,10 @@ def bench(
              "llama.cpp:draft:k=N (llama.cpp's own programs, built by scripts/build-llama-cpp.sh; their "
              "speedups are against llama.cpp's plain decoding), or llama-cpp-python[:k=N,ngram_max=M] "
              "(its prompt-lookup decoding).")] = None,
+    clients: Annotated[int | None, typer.Option(
+        help="Replay the prompts' first turns over HTTP, N at once, against `specli serve --parallel N` and "
+             "llama-server with N slots for each --peer llama.cpp:TYPE (llama.cpp:none for plain slots); "
+             "modes are not run.", min=1, show_default=False)] = None,
     limit: Annotated[int | None, typer.Option(help="At most N prompts per category.")] = None,
     categories: Annotated[str | None, typer.Option(help="Only these categories (comma-separated).")] = None,
     turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache.")] = "first",
@@ -67,6 +71,12 @@ def bench(
         categories=categories, turns=turns, warmup=warmup, warm_history=warm_history, overrides=overrides,
         recalibrate=recalibrate,
     )
+    if clients is not None:
+        from rich.console import Console
+
+        from specli.bench.clients import clients_command
+
+        raise typer.Exit(clients_command(opts, clients, Console(highlight=False)))
     code = bench_module.command(opts)
     if code:
         raise typer.Exit(code)
