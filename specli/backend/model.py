@@ -1,22 +1,17 @@
-"""One loaded model: its context, batched decoding with chosen logits rows, KV-cache
-rollback, and its tokenizer and chat template.
-
-One `Model` is one GGUF file with one context and `n_seq` sequences over one unified KV
-cache (a server's slots; 1 elsewhere). It decodes batches asking logits only for the rows
-named, several sequences' parts in one batch where asked (`decode_parts`), hands rows
-back as zero-copy numpy views, and rolls each sequence back to any earlier position.
-The methods without a `seq` argument work on sequence 0.
+"""One loaded model: one GGUF file with one context and `n_seq` sequences over one unified
+KV cache (a server's slots; 1 elsewhere). It decodes batches asking logits only for the
+rows named, several sequences' parts in one batch where asked (`decode_parts`), hands
+rows back as zero-copy numpy views, and rolls each sequence back to any earlier position;
+methods without a `seq` argument work on sequence 0. Its text side: backend.model_text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import mmap
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +22,8 @@ from specli.backend import bounded
 from specli.backend.info import ModelFile
 from specli.backend.lib import last_log_error
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
+from specli.backend.model_text import ModelText
+from specli.backend.state import StateBuffer, state_buffer
 from specli.backend.system import (
     FLASH_ATTN,
     KV_TYPES,
@@ -35,7 +32,7 @@ from specli.backend.system import (
     device_argmax,
     resolved_kernels,
 )
-from specli.backend.vocab import StreamDetokenizer, Vocab
+from specli.backend.vocab import Vocab
 from specli.errors import BackendError, ContextError, ModelError, RpcError
 from specli.gguf.format import TOKENS_KEY, GgufArray
 
@@ -51,22 +48,9 @@ _sampled_logits.restype = ctypes.c_void_p
 _sampled_token = llama_cpp.llama_cpp._lib["llama_get_sampled_token_ith"]
 _sampled_token.argtypes = [ctypes.c_void_p, ctypes.c_int32]
 _sampled_token.restype = ctypes.c_int32
-_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
-_MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
 
 
-StateBuffer = bytearray | mmap.mmap  # a sequence's saved state
-
-
-def state_buffer(size: int) -> StateBuffer:
-    """A writable buffer for a saved state. Past 1 MiB an anonymous mapping of its own, so
-    that its memory goes back to the system when it is freed: glibc raises its mmap
-    threshold to the size of the largest block freed, and then serves states of tens of
-    MiB from a heap that keeps the pages (RSS grew 150 MiB past the cache's cap)."""
-    return mmap.mmap(-1, size) if size >= 2**20 else bytearray(size)
-
-
-class Model:
+class Model(ModelText):
     """One loaded GGUF with its own context, batch and KV cache (sequence 0)."""
 
     def __init__(self, source: str | Path | ModelFile, opts: LoadOptions | None = None) -> None:
@@ -464,61 +448,3 @@ class Model:
             ptr = ctypes.cast(addr, ctypes.POINTER(ctypes.c_float))
             view = self._outputs[(addr, n_rows)] = np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
         return view
-
-    # -- text ----------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        return self.vocab.tokenize(text, add_special, parse_special)
-
-    def detokenize(self, tokens: Iterable[int]) -> str:
-        return self.vocab.detokenize(tokens)
-
-    def vocab_key(self) -> str:
-        """Equal for models that share token ids (keys the history store): a hash of the
-        tokens' texts, read with the file's check, else asked of llama.cpp (0.26 s)."""
-        if self._vocab_key is None:
-            self._vocab_key = self.vocab.key()
-        return self._vocab_key
-
-    def stream_detokenizer(self) -> StreamDetokenizer:
-        return StreamDetokenizer(self.vocab)
-
-    def is_eog(self, token: int) -> bool:
-        return self.vocab.is_eog(token)
-
-    def apply_chat_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
-                            tools: Sequence[dict[str, Any]] = ()) -> str:
-        """Render the GGUF's own Jinja chat template, as llama-cpp-python does (with
-        `tools`, OpenAI-style function tools, where the template reads them)."""
-        if not self.chat_template:
-            raise ModelError(
-                f"{self.path.name} has no chat template", "use --raw to send the prompt as plain text"
-            )
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        info = self.vocab.info()
-        bos = self.vocab.token_text(info.bos).decode("utf-8", "replace") if info.bos >= 0 else ""
-        eos = self.vocab.token_text(info.eos).decode("utf-8", "replace") if info.eos >= 0 else ""
-        fmt = Jinja2ChatFormatter(self.chat_template, eos_token=eos, bos_token=bos,
-                                  add_generation_prompt=add_generation_prompt)
-        return fmt(messages=list(messages), tools=list(tools) or None).prompt  # type: ignore[arg-type]
-
-    def chat_tokens(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
-                    tools: Sequence[dict[str, Any]] = ()) -> list[int]:
-        """Tokens of a rendered chat. The template's own special-token text becomes
-        control tokens; the messages' text never does (a user typing "<|im_end|>" gets
-        those characters, not an end of turn)."""
-        marked = [dict(m, content=f"{_MARK_OPEN}{i}{_MARK_CLOSE}") if m.get("content") else m
-                  for i, m in enumerate(messages)]
-        text = self.apply_chat_template(marked, add_generation_prompt, tools)
-        info = self.vocab.info()
-        bos_text = self.vocab.token_text(info.bos).decode("utf-8", "replace") if info.bos >= 0 else ""
-        add_bos = info.add_bos and not (bos_text and text.startswith(bos_text))
-        toks: list[int] = [info.bos] if add_bos else []
-        for i, part in enumerate(_MARK_RE.split(text)):
-            if not part:
-                continue
-            if i % 2:  # a message's content
-                toks += self.vocab.tokenize(messages[int(part)]["content"], add_special=False, parse_special=False)
-            else:
-                toks += self.vocab.tokenize(part, add_special=False, parse_special=True)
-        return toks
