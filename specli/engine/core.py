@@ -113,7 +113,8 @@ def _steps(history: list[int], target: LanguageModel, config: GenerationConfig, 
         # 4. the drafter learns from the verdict
         if drafter is not None and proposal.asked:
             clock.learning()
-            # a batch shared with other slots is not this step's own: its time is priced by the rounds
+            # a batch shared with other slots is not this step's own: its time says nothing of this
+            # step's cost, so the drafter does not learn costs from it
             shared = getattr(target, "batch_shared", False)
             drafter.accept(history, max(0, verdict.n_accepted - proposal.n_forced), 0.0 if shared else verify_seconds)
             clock.learned()
