@@ -91,6 +91,53 @@ def test_four_at_once_share_batches_and_answer_as_alone(client: Any, server: Ser
     assert 'specli:slots{state="idle"} 4' in text
 
 
+SHARED = "Notes on the inventory module, line by line:\n" + "".join(
+    f"{i}. the part number {i * 7} is kept in bin {i % 5}, reordered below {i + 3}.\n" for i in range(24))
+
+
+def rows_decoded(server: ServeProcess) -> int:
+    _, _, body = http("GET", server.base + "/metrics")
+    return sum(int(line.split()[-1]) for line in body.decode().splitlines()
+               if line.startswith("specli:slot_rows_total{"))
+
+
+def test_requests_with_one_prefix_prefill_it_once(client: Any, server: ServeProcess,
+                                                   local: tuple[Model, float]) -> None:
+    """Two requests sent at once with a long common prefix (one system prompt, file or
+    conversation): its chunks are decoded once, for both. A request sent while another
+    slot generates from its prefix takes that slot's cells and reports them cached.
+    Each answer is the one it gets alone, up to near-ties."""
+    at_once = [SHARED + "Summary of bin 2:", SHARED + "Which parts are in bin 4?"]
+    n_prefix = len(local[0].tokenize(SHARED, add_special=True, parse_special=True))
+    assert n_prefix > 300
+    got: dict[str, list[int]] = {}
+    rows0 = rows_decoded(server)
+
+    def one(p: str) -> None:
+        got[p] = complete(client, p, 24)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in at_once]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert rows_decoded(server) - rows0 < 2 * n_prefix - 100  # the prefix's chunks once, not twice
+
+    other = "Stock report.\n" + SHARED.replace("bin", "shelf")  # a prefix no slot holds yet
+    stream = client.completions.create(model=SMOL, prompt=other + "Shelf 1 holds", max_tokens=300, temperature=0,
+                                       stream=True, extra_body=NO_HISTORY)
+    next(iter(stream))
+    late = other + "The largest part is"
+    r = client.completions.create(model=SMOL, prompt=late, max_tokens=24, temperature=0,
+                                  extra_body=NO_HISTORY).model_dump()
+    stream.close()
+    n_other = len(local[0].tokenize(other, add_special=True, parse_special=True))
+    assert r["usage"]["prompt_tokens_details"]["cached_tokens"] >= n_other - 4
+    got[late] = list(r["specli"]["tokens"])
+    alone = {p: complete(client, p, 24) for p in got}
+    assert all(same_or_near_tie(local, p, alone[p], got[p]) for p in got), (alone, got)
+
+
 def test_a_dropped_client_frees_its_slot_at_the_next_step(client: Any, server: ServeProcess) -> None:
     """Four long streams fill the slots; one client leaves; a waiting request starts
     within about a step, and the other three streams go on."""

@@ -16,39 +16,39 @@ from conftest import total_variation as tv
 
 from benchmarks.clients import divergence_gap, slot_noise
 from specli.backend import LoadOptions, Model
-from specli.backend.sequence import SeqModel
+from specli.backend.sequence import SeqModel, share_cells
 from specli.drafters import DraftModelDrafter, NgramDrafter
-from specli.drafters.auto.split import expected_gains, split_rows
+from specli.drafters.auto.split import expected_gains, makespan_weights, split_rows
 from specli.engine import GenerationConfig, run
 from specli.engine.sampling import probs_from_logits
-from specli.runtime.rounds import Round, Rounds
+from specli.errors import BackendError
+from specli.runtime.rounds import Pace, Round, Rounds
 from specli.types import Draft, Drafter, SamplingParams
 
 # -- the split (pure) -----------------------------------------------------------------------
 
 
-def _brute(gains: list[np.ndarray], fixed: int, cost: np.ndarray) -> float:
-    best = 0.0
-    for ks in itertools.product(*(range(len(g)) for g in gains)):
-        rows = fixed + len(gains) + sum(ks)
-        best = max(best, sum(g[k] for g, k in zip(gains, ks, strict=True)) / cost[rows - 1])
-    return best
-
-
-def _value(gains: list[np.ndarray], fixed: int, cost: np.ndarray, ks: list[int]) -> float:
-    return sum(g[k] for g, k in zip(gains, ks, strict=True)) / cost[fixed + len(gains) + sum(ks) - 1]
+def _value(gains: list[np.ndarray], fixed: int, cost: np.ndarray, ks: Sequence[int], w: Sequence[float],
+           fixed_tokens: float) -> float:
+    tokens = fixed_tokens + sum(wi * g[k] for wi, g, k in zip(w, gains, ks, strict=True))
+    return tokens / cost[fixed + len(gains) + sum(ks) - 1]
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_split_rows_is_the_best_split(seed: int) -> None:
-    """Against every split of up to 3 offers: the same tokens per cost."""
+    """Against every split of up to 3 offers, weighted or not, beside fixed rows that emit
+    tokens or none: the same tokens per cost."""
     rng = np.random.default_rng(seed)
     gains = [expected_gains(rng.uniform(0.2, 1.0, rng.integers(0, 5))) for _ in range(rng.integers(1, 4))]
     fixed = int(rng.integers(0, 4))
     cost = np.cumsum(rng.uniform(0.0, 1.0, 40)) + 1.0  # any rising cost
-    ks = split_rows(gains, fixed, lambda n: cost[:n])
+    w = [1.0] * len(gains) if seed % 2 else list(rng.uniform(0.0, 1.0, len(gains)))
+    fixed_tokens = float(rng.uniform(0, fixed)) if seed % 3 else 0.0
+    ks = split_rows(gains, fixed, lambda n: cost[:n], None if seed % 2 else w, fixed_tokens)
     assert all(0 <= k < len(g) for k, g in zip(ks, gains, strict=True))
-    assert _value(gains, fixed, cost, ks) == pytest.approx(_brute(gains, fixed, cost))
+    best = max(_value(gains, fixed, cost, c, w, fixed_tokens)
+               for c in itertools.product(*(range(len(g)) for g in gains)))
+    assert _value(gains, fixed, cost, ks, w, fixed_tokens) == pytest.approx(best)
 
 
 CPU_Q4 = np.interp(np.arange(1, 66), [1, 2, 4, 8, 16, 33, 65], [1, 1.6, 2.8, 7, 8, 15, 29])  # the 2-core machine
@@ -82,6 +82,41 @@ def test_a_prefill_in_the_batch_makes_draft_rows_cheap() -> None:
     cost = np.interp(np.arange(1, 200), [1, 2, 4, 8, 16, 33, 65, 129, 200], [1, 1.6, 2.8, 7, 8, 15, 29, 58, 90])
     assert split_rows([g], 0, lambda n: cost[:n]) == [0]
     assert split_rows([g], 128, lambda n: cost[:n]) == [4]
+
+
+def test_the_tokens_of_other_slots_steps_make_draft_rows_dearer() -> None:
+    """Two slots stepping one token each beside an offer: their tokens count, so the
+    offer's rows must beat a batch that already emits two tokens."""
+    g = expected_gains([0.7] * 6)
+    assert split_rows([g], 2, lambda n: CPU_Q4[:n], None, 2.0) < split_rows([g], 2, lambda n: CPU_Q4[:n])
+
+
+def test_makespan_weights() -> None:
+    assert makespan_weights([10.0, 40.0, None, 0.0]) == [0.25, 1.0, 1.0, 0.0]
+    assert makespan_weights([None, None]) == [1.0, 1.0]
+    assert makespan_weights([]) == []
+
+
+def test_a_slot_due_to_end_early_leaves_its_rows_to_the_longest() -> None:
+    """A near-certain lookup in a slot with 10 rounds left beside a slot needing 150: the
+    longest one's rounds are what the batch waits through, so the lookup keeps fewer
+    rows than it would for throughput; with both as long, it keeps them."""
+    sure, doubtful = expected_gains([0.95] * 16), expected_gains([0.3] * 4)
+    cost = lambda n: CPU_Q4[:n]  # noqa: E731
+    throughput = split_rows([sure, doubtful], 0, cost)
+    makespan = split_rows([sure, doubtful], 0, cost, makespan_weights([10.0, 150.0]))
+    assert throughput[0] >= 8
+    assert makespan[0] < throughput[0] / 2
+    assert split_rows([sure, doubtful], 0, cost, makespan_weights([150.0, 150.0])) == throughput
+
+
+def test_pace_counts_rounds_left_at_what_the_drafts_could_emit() -> None:
+    pace = Pace(limit=200)
+    assert pace.step(100, 1.0) == 100.0  # plain steps: a token a round
+    for n_past in range(101, 109):
+        left = pace.step(n_past, 10.0)  # drafts that would emit ten a round
+    assert left is not None and 10.0 < left < 14.0  # 92 tokens left at nearly 10 a round
+    assert Pace(limit=None).step(100, 5.0) is None
 
 
 # -- sequences of one model (real llama.cpp) -------------------------------------------------
@@ -131,6 +166,62 @@ def test_a_state_moves_to_another_sequence(smol4: Model) -> None:
     assert smol4.load_state(state, t[:-1], seq=3)
     assert smol4.seq_tokens(3) == t[:-1]
     np.testing.assert_array_equal(smol4.decode(t[-1:], [0], seq=3)[0], want[0])
+
+
+def test_a_sequence_shares_another_ones_cells(smol4: Model) -> None:
+    """Sequence 2 takes sequence 0's first cells (nothing copied): its next rows are
+    sequence 0's, bit for bit, and stay so after sequence 0 drops them."""
+    t = smol4.tokenize(PROMPTS[1])
+    smol4.reset()
+    smol4.decode(t[:-1], seq=0)
+    want = smol4.decode(t[-1:], [0], seq=0)[0].copy()
+    smol4.decode(t[:3], seq=2)
+    share_cells(smol4, 0, 2, 0, len(t) - 1)
+    assert smol4.seq_tokens(2) == t[:-1]
+    smol4.reset(0)
+    np.testing.assert_array_equal(smol4.decode(t[-1:], [0], seq=2)[0], want)
+    smol4.decode(t[1:3], seq=1)
+    with pytest.raises(BackendError):  # sequence 1's first token is not sequence 2's
+        share_cells(smol4, 2, 1, 1, 3)
+
+
+@pytest.mark.parametrize("lag", [0, 8])
+def test_a_round_decodes_a_repeated_prompt_chunk_once(smol4: Model, lag: int) -> None:
+    """Two slots prefilling the same prompt, at once or one chunk apart: each chunk is
+    decoded once (the other slot takes its cells), and both slots' next rows are those of
+    the prompt decoded alone in the same chunks, bit for bit."""
+    t = smol4.tokenize(" ".join(PROMPTS) * 2)
+    t = t[: 8 * ((len(t) - 1) // 8) + 1]
+    smol4.reset()
+    for start in range(0, len(t) - 1, 8):
+        smol4.decode(t[start:start + 8], seq=3)
+    want = smol4.decode(t[-1:], [0], seq=3)[0].copy()
+    smol4.reset()
+    smol4.decode(t[:lag], seq=0)  # slot 0 is a chunk ahead
+    seen: list[Round] = []
+    rounds = Rounds(smol4, on_round=seen.append)
+    seqs = [SeqModel(smol4, i, rounds, chunk=8) for i in range(2)]
+    rows: list[np.ndarray | None] = [None, None]
+
+    def slot(i: int) -> None:
+        try:
+            seqs[i].decode(t[len(seqs[i].tokens):-1])
+            rows[i] = seqs[i].decode(t[-1:], [0])[0].copy()
+        finally:
+            rounds.leave(i)
+
+    for i in range(2):
+        rounds.join(i)
+    threads = [threading.Thread(target=slot, args=(i,)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert sum(sum(r.rows.values()) for r in seen) == len(t) - 1 - lag + 2  # every chunk once
+    assert smol4.seq_tokens(0) == smol4.seq_tokens(1) == t
+    for r in rows:
+        assert r is not None
+        np.testing.assert_array_equal(r, want)
 
 
 class Offering(Drafter):

@@ -239,14 +239,12 @@ class Model(ModelText):
         if self.lost:  # a call is still parked inside llama.cpp on this context: leave it be
             del tokens[n_keep:]
             return
-        with self._lock:
-            ok = llama_cpp.llama_memory_seq_rm(self._mem, seq, n_keep, -1)
+        with self._lock:  # the token list changes with the cells (slots share cells: share_cells)
+            if ok := llama_cpp.llama_memory_seq_rm(self._mem, seq, n_keep, -1):
+                del tokens[n_keep:]
         if not ok:
-            raise BackendError(
-                f"llama.cpp could not remove cache positions >= {n_keep} "
-                f"({self.architecture} may not support partial rollback)"
-            )
-        del tokens[n_keep:]
+            raise BackendError(f"llama.cpp could not remove cache positions >= {n_keep} "
+                               f"({self.architecture} may not support partial rollback)")
         self._dirty[seq] = False
 
     def reset(self, seq: int | None = None) -> None:
@@ -256,9 +254,9 @@ class Model(ModelText):
                 self._llama(lambda: llama_cpp.llama_memory_clear(self._mem, True), "clearing the cache")
             else:
                 llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
-        for s in range(self.n_seq) if seq is None else (seq,):
-            self._seq_tokens[s].clear()
-            self._dirty[s] = False
+            for s in range(self.n_seq) if seq is None else (seq,):
+                self._seq_tokens[s].clear()
+                self._dirty[s] = False
 
     def cache_pos_max(self, seq: int = 0) -> int:
         with self._lock:

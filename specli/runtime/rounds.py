@@ -7,7 +7,16 @@ it, so there is no thread of its own. Drafts offered with their expected gains m
 cut there: the round shares its draft rows out by cost over all slots together
 (drafters.auto.split). The draft model's rounds follow the target's: after each target
 round every slot with a draft model is expected in the draft model's next round until
-it drafts or hands in its next target part."""
+it drafts or hands in its next target part.
+
+While no request waits for a slot, the split serves the batch's longest request (each
+slot's gains weighted by the rounds it still needs, `makespan_weights`): a slot that is
+done early only frees its place, and the rows that ended it made the longest one's
+rounds dearer. With requests waiting, a slot done early takes the next one, and every
+token counts alike.
+
+Slots prefilling the same prompt chunk on the same history (requests sent at once with
+one system prompt, file or conversation) decode it once: the others take its cells."""
 
 from __future__ import annotations
 
@@ -19,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specli.backend import Model
-from specli.backend.sequence import SeqModel
-from specli.drafters.auto.split import split_rows
+from specli.backend.sequence import SeqModel, share_cells, take_prefix
+from specli.drafters.auto.split import makespan_weights, split_rows
 
 # prices batches of 1..n rows (an array), or None where no cost model is known
 Prices = Callable[[int], np.ndarray | None]
@@ -32,9 +41,31 @@ class Part:
     tokens: Sequence[int]
     rows: list[int]
     gains: np.ndarray | None = None
+    rounds_left: float | None = None
     out: np.ndarray | None = None
     error: BaseException | None = None
     done: bool = False
+
+
+PACE_DECAY = 0.8  # tokens per round: a moving mean over the last few steps
+
+
+@dataclass
+class Pace:
+    """A slot's request: the position it ends at the latest (None: no max_tokens given),
+    and the tokens its steps would emit per round with their whole drafts."""
+
+    limit: int | None
+    per_round: float | None = None
+
+    def step(self, n_past: int, expected: float) -> float | None:
+        """A step starts at `n_past`, expected to emit `expected` tokens with its whole
+        draft: the rounds the request still needs at that pace. The pace is what the
+        slot's drafts could do, not what the split gave them: a slot held back stays
+        one that could catch up."""
+        prev = self.per_round
+        self.per_round = expected if prev is None else PACE_DECAY * prev + (1 - PACE_DECAY) * expected
+        return None if self.limit is None else max(0, self.limit - n_past) / max(1.0, self.per_round)
 
 
 @dataclass(frozen=True)
@@ -53,13 +84,17 @@ class Rounds:
     on_round: Callable[[Round], None] = lambda r: None
     follower: Rounds | None = None  # the draft model's rounds
     drafting: set[int] = field(default_factory=set)  # members of `follower` after each round
+    backlog: int = 0  # requests waiting for a slot (the server's queue)
+    _pace: dict[int, Pace] = field(default_factory=dict)
     _members: set[int] = field(default_factory=set)
     _waiting: dict[int, Part] = field(default_factory=dict)
     _cond: threading.Condition = field(default_factory=threading.Condition)
 
-    def join(self, seq: int) -> None:
+    def join(self, seq: int, limit: int | None = None) -> None:
+        """`seq` starts a request that ends at position `limit` at the latest (None: unknown)."""
         with self._cond:
             self._members.add(seq)
+            self._pace[seq] = Pace(limit)
 
     def leave(self, seq: int) -> None:
         """`seq` hands in nothing more until it joins again (its request ended, or it
@@ -78,6 +113,9 @@ class Rounds:
         if self.follower is not None:
             self.follower.leave(seq.seq)
         part = Part(seq, tokens, list(rows), gains)
+        pace = self._pace.get(seq.seq)
+        if pace is not None and rows and len(rows) == len(tokens):  # a step, not a prompt's chunk
+            part.rounds_left = pace.step(seq.n_past, float(gains[-1]) if gains is not None else 1.0)
         with self._cond:
             self._members.add(seq.seq)
             self._waiting[seq.seq] = part
@@ -96,14 +134,19 @@ class Rounds:
         self._waiting.clear()
         try:
             self._cut(parts)
+            run, followers = self._repeats(parts)
             t0 = time.perf_counter()
-            self._decode(parts)
+            self._decode(run)
             seconds = time.perf_counter() - t0
-            total = sum(len(p.tokens) for p in parts)
-            for p in parts:
+            for p, lead in followers:
+                start = len(self.model.seq_tokens(p.seq.seq))
+                share_cells(self.model, lead.seq.seq, p.seq.seq, start, start + len(p.tokens))
+                p.out = np.empty((0, self.model.n_vocab), dtype=np.float32)
+            total = sum(len(p.tokens) for p in run)
+            for p in run:
                 p.seq.decode_seconds += seconds * len(p.tokens) / total
             prefill = any(p.gains is None and len(p.tokens) > 1 and not p.rows for p in parts)
-            self.on_round(Round({p.seq.seq: len(p.tokens) for p in parts}, seconds, prefill))
+            self.on_round(Round({p.seq.seq: len(p.tokens) for p in run}, seconds, prefill))
         except BaseException as e:  # noqa: BLE001 - each slot raises it in its own thread
             for p in parts:
                 p.error = e
@@ -114,19 +157,47 @@ class Rounds:
         self._cond.notify_all()
 
     def _cut(self, parts: list[Part]) -> None:
-        """Offers keep the draft rows the split gives them (all of them without prices)."""
+        """Offers keep the draft rows the split gives them (all of them without prices).
+        Other slots' steps count their token, prompt chunks none."""
         offers = [p for p in parts if p.gains is not None]
         if not offers:
             return
-        fixed = sum(len(p.tokens) for p in parts if p.gains is None)
-        n_max = fixed + sum(len(p.tokens) for p in offers)
-        prices = self.prices(n_max)
+        fixed = [p for p in parts if p.gains is None]
+        n_fixed = sum(len(p.tokens) for p in fixed)
+        prices = self.prices(n_fixed + sum(len(p.tokens) for p in offers))
         if prices is None:
             return
-        ks = split_rows([p.gains[: len(p.tokens)] for p in offers if p.gains is not None], fixed,
-                        lambda n: prices[:n])
+        steps = [p for p in fixed if p.rows and len(p.rows) == len(p.tokens)]
+        weights = [1.0] * (len(offers) + len(steps))
+        if self.backlog == 0:
+            weights = makespan_weights([p.rounds_left for p in offers + steps])
+        ks = split_rows([p.gains[: len(p.tokens)] for p in offers if p.gains is not None], n_fixed,
+                        lambda n: prices[:n], weights[: len(offers)], sum(weights[len(offers):]))
         for p, k in zip(offers, ks, strict=True):
             p.tokens, p.rows = p.tokens[: 1 + k], p.rows[: 1 + k]
+
+    def _repeats(self, parts: list[Part]) -> tuple[list[Part], list[tuple[Part, Part]]]:
+        """The parts to decode, and the prompt chunks that repeat one of them on the same
+        history (each with the part whose cells it takes after the decode). A chunk that
+        another sequence's cache already holds on the same history is taken at once (a
+        slot one chunk behind another with the same prompt)."""
+        leads: dict[tuple[tuple[int, ...], tuple[int, ...]], Part] = {}
+        run: list[Part] = []
+        followers: list[tuple[Part, Part]] = []
+        for p in parts:
+            if p.rows or p.gains is not None or len(p.tokens) < 2:
+                run.append(p)
+                continue
+            history = self.model.seq_tokens(p.seq.seq)
+            key = (tuple(history), tuple(p.tokens))
+            if key in leads:
+                followers.append((p, leads[key]))
+            elif take_prefix(self.model, p.seq.seq, [*history, *p.tokens], whole=True):
+                p.out = np.empty((0, self.model.n_vocab), dtype=np.float32)
+            else:
+                leads[key] = p
+                run.append(p)
+        return run, followers
 
     def _decode(self, parts: list[Part]) -> None:
         """As few llama_decodes as n_batch allows (one, as chunks are sized); rows of all

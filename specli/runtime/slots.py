@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from specli.backend.sequence import SeqModel
+from specli.backend.sequence import SeqModel, take_prefix
 from specli.runtime.prompt_cache import PromptCache
 from specli.runtime.rounds import Round, Rounds
 from specli.runtime.wiring import Runtime
@@ -74,14 +74,23 @@ class Slots:
         costs = self.rt._costs.get("batch")  # noqa: SLF001 - the cost model auto prices with, once it exists
         return costs.batch_ratios(n_max) if costs is not None and costs.step > 0 else None
 
-    def begin(self, slot: Slot) -> None:
-        """The slot's request is about to generate: rounds wait for it from now on."""
-        self.rounds.join(slot.index)
+    def begin(self, slot: Slot, limit: int | None = None) -> None:
+        """The slot's request is about to generate (up to position `limit` at the latest,
+        where its client set max_tokens): rounds wait for it from now on."""
+        self.rounds.join(slot.index, limit)
 
     def end(self, slot: Slot) -> None:
         self.rounds.leave(slot.index)
         if self.draft_rounds is not None:
             self.draft_rounds.leave(slot.index)
+
+    def share_prefix(self, slot: Slot, prompt: list[int]) -> int:
+        """`slot` takes the longest prefix of `prompt` another slot's cache holds, where it
+        is longer than its own (the cells are shared, not copied: requests with one system
+        prompt, file or conversation prefill it once). Returns the target's tokens taken."""
+        views: list[Any] = [slot.rt.target, slot.rt.draft]
+        taken = [take_prefix(v.model, slot.index, prompt[:-1]) for v in views if isinstance(v, SeqModel)]
+        return taken[0] if taken else 0
 
     def best_for(self, prompt: list[int]) -> Slot | None:
         """The idle slot whose cache shares the longest prefix with `prompt` (the lowest

@@ -162,6 +162,7 @@ class Worker:
                 wait = self._mean_s * (len(self._waiting) + 1) / self.parallel
                 raise errors.busy(len(self._waiting), self.queue_max, retry_after=max(1, math.ceil(wait)))
             self._waiting.append(job)
+            self._backlog()
             self._cond.notify_all()
 
     def cancel(self, job: Job) -> None:
@@ -170,6 +171,7 @@ class Worker:
         job.cancelled.set()
         with self._cond, contextlib.suppress(ValueError):
             self._waiting.remove(job)
+            self._backlog()
 
     @property
     def n_waiting(self) -> int:
@@ -254,11 +256,16 @@ class Worker:
             while self.state == "ready":
                 if self._waiting and self.slots.best_for(self._waiting[0].prompt) is slot:
                     job = slot.job = self._waiting.popleft()
+                    self._backlog()
                     self._cond.notify_all()  # the next job may be another slot's
                     return job
                 if not self._cond.wait(timeout=SAVE_EVERY_S / 2):
                     self._save_if_due()
             return None
+
+    def _backlog(self) -> None:
+        if self.slots is not None:
+            self.slots.rounds.backlog = len(self._waiting)
 
     def _save_if_due(self) -> None:
         if self.n_running:  # the history store is written while no slot adds to it
@@ -278,7 +285,9 @@ class Worker:
                 if slot.cache is not None:
                     with self.slots.cache_lock:
                         use = slot.cache.prepare(job.prompt)
-                self.slots.begin(slot)
+                self.slots.share_prefix(slot, job.prompt)
+                limit = len(job.prompt) + job.max_tokens if job.request.options.max_tokens is not None else None
+                self.slots.begin(slot, limit)
                 counters, finish = self._generate(slot.rt, job, use)
         except SpecliError as e:
             err = errors.from_specli(e)

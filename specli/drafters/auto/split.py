@@ -8,12 +8,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 
-def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray]) -> list[int]:
-    """Draft lengths k_i, one per offer, maximising sum_i gains[i][k_i] / cost(rows).
+def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray],
+               weights: Sequence[float] | None = None, fixed_tokens: float = 0.0) -> list[int]:
+    """Draft lengths k_i, one per offer, maximising
+    (fixed_tokens + sum_i w_i gains[i][k_i]) / cost(rows), every w_i 1 without `weights`.
 
     `gains[i][k]` is the tokens offer i is expected to emit when k of its draft tokens
     are verified (gains[i][0] is the plain step's token); each offer takes 1 + k_i rows,
-    beside `fixed_rows` rows nobody may cut (prefill chunks, drafts of a fixed length).
+    beside `fixed_rows` rows nobody may cut (prefill chunks, other slots' steps), which
+    emit `fixed_tokens` (weighted likewise).
     `batch_cost(n)` prices batches of 1..n rows (an array, index n - 1).
 
     The gains are concave in k (each further token is kept only if every one before it
@@ -22,14 +25,15 @@ def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callabl
     if not gains:
         return []
     base = fixed_rows + len(gains)
-    inc = [np.diff(np.asarray(g, dtype=np.float64)) for g in gains]
+    w = np.ones(len(gains)) if weights is None else np.asarray(weights, dtype=np.float64)
+    inc = [wi * np.diff(np.asarray(g, dtype=np.float64)) for wi, g in zip(w, gains, strict=True)]
     owner = np.concatenate([np.full(len(d), i) for i, d in enumerate(inc)]) if inc else np.zeros(0, int)
     flat = np.concatenate(inc) if inc else np.zeros(0)
     if flat.size == 0:
         return [0] * len(gains)
     # largest increments first; within an offer they already come in order (stable sort)
     order = np.argsort(-flat, kind="stable")
-    tokens = float(sum(g[0] for g in gains)) + np.concatenate([[0.0], np.cumsum(flat[order])])
+    tokens = fixed_tokens + float(sum(wi * g[0] for wi, g in zip(w, gains, strict=True))) + np.concatenate([[0.0], np.cumsum(flat[order])])
     cost = np.asarray(batch_cost(base + flat.size), dtype=np.float64)[base - 1:]
     best = int(np.argmax(tokens / cost))
     return [int(n) for n in np.bincount(owner[order[:best]], minlength=len(gains))]
@@ -41,3 +45,15 @@ def expected_gains(rates: Sequence[float] | np.ndarray) -> np.ndarray:
     that the first j tokens all are."""
     reach = np.cumprod(np.asarray(rates, dtype=np.float64))
     return np.concatenate([[1.0], 1.0 + np.cumsum(reach)])
+
+
+def makespan_weights(rounds_left: Sequence[float | None]) -> list[float]:
+    """Weights for the steps of a batch, from the rounds each slot still needs at its
+    pace (None where unknown), so that the split serves the batch's longest request: a
+    slot due to end in half the rounds the longest needs values its tokens at half,
+    since rows that end it sooner only make the rounds the longest waits through
+    dearer. Unknown weighs 1."""
+    longest = max((r for r in rounds_left if r is not None), default=0.0)
+    if longest <= 0:
+        return [1.0] * len(rounds_left)
+    return [1.0 if r is None else min(1.0, max(r, 0.0) / longest) for r in rounds_left]
