@@ -142,18 +142,19 @@ def test_profiles_list_show_validate(tmp_path) -> None:  # type: ignore[no-untyp
 def test_calibrate_measures_shows_and_caches(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("SPECLI_MODELS_DIR", str(model_file(SMOL).parent))  # models stay where they are
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--json"])
+    smol = ["--target", SMOL, "--draft", "none", "--ctx", "512"]  # no context axis: test_context_costs has it
+    res = runner.invoke(app, ["calibrate", *smol, "--json"])
     assert res.exit_code == 0, res.output
     cal = json.loads(res.stdout)
     assert cal["sizes"][0] == 1 and cal["ratios"][0] == 1.0 and len(cal["sizes"]) == len(cal["ratios"])
     assert cal["t1"] > 0 and cal["exact_batch"] >= 1 and cal["tie_bound"] == 2 * cal["max_logit_diff"]
     cache = json.loads((tmp_path / "specli" / "calibration.json").read_text())
     assert cal["key"] in cache["entries"]
-    shown = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--show", "--json"])
+    shown = runner.invoke(app, ["calibrate", *smol, "--show", "--json"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["measured"] == cal["measured"]  # from the cache
-    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none"])
+    res = runner.invoke(app, ["calibrate", *smol, "--show"])
     assert res.exit_code == 0 and "near-tie bound" in res.stdout and "bit-exact chunk" not in res.stdout
-    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--exact"])
+    res = runner.invoke(app, ["calibrate", *smol, "--exact"])
     assert res.exit_code == 0 and "largest bit-exact chunk" in res.stdout
 
 
@@ -167,7 +168,7 @@ def test_calibrate_check_compares_the_table_with_runs_and_now(tmp_path, monkeypa
 
     monkeypatch.setenv("SPECLI_MODELS_DIR", str(model_file(SMOL).parent))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    rt = open_runtime(profiles.resolve_settings(None, {"target": SMOL, "draft": "none", "drafter": "auto"}))
+    rt = open_runtime(profiles.resolve_settings(None, {"target": SMOL, "draft": "none", "drafter": "auto", "ctx": 512}))
     key, costs = rt.calibration_key(), rt.costs()
     stored = rt.calibration()
     for _ in range(2):  # plain steps twice as slow as the table says: a machine busy when it was measured
@@ -180,7 +181,7 @@ def test_calibrate_check_compares_the_table_with_runs_and_now(tmp_path, monkeypa
     assert healed.ratios[stored.sizes.index(4)] > 1.5 * stored.ratios[stored.sizes.index(4)]
     assert healed.t1 > 1.5 * stored.t1
     assert healed.provisional and healed.observed["t1_off"] > 1.5  # off by more than noise: measure it again
-    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--check", "--json"])
+    res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--ctx", "512", "--check", "--json"])
     assert res.exit_code == 0, res.output
     rows = {r["what"]: r for r in json.loads(res.stdout)["rows"]}
     assert rows["t1 (ms)"]["now"] > 0 and rows["batch of 4"]["last_run"] > 1.0 and rows["batch of 33"]["now"] > 1.0
@@ -189,7 +190,7 @@ def test_calibrate_check_compares_the_table_with_runs_and_now(tmp_path, monkeypa
     res = runner.invoke(app, ["calibrate", "--target", SMOL, "--draft", "none", "--check"])
     assert res.exit_code == 0 and "drift now" in res.stdout and "which corrected the table" in res.stdout
     assert "a plain step off by 2.0x" in " ".join(res.stdout.split())
-    rt = open_runtime(profiles.resolve_settings(None, {"target": SMOL, "draft": "none", "drafter": "auto"}))
+    rt = open_runtime(profiles.resolve_settings(None, {"target": SMOL, "draft": "none", "drafter": "auto", "ctx": 512}))
     again = rt.calibration()  # the next start, on an idle machine, measures it again
     rt.close()
     assert not again.provisional and not again.observed and load(key) == again

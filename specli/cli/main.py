@@ -207,7 +207,7 @@ def chat(
 
 @app.command()
 @guarded
-@with_settings(*MODELS, *HARDWARE)
+@with_settings(*MODELS, *HARDWARE, "ctx")  # the context axis is measured up to --ctx
 def calibrate(
     profile: ProfileOpt = None,
     show: Annotated[bool, typer.Option("--show", help="Only show the cached table (measure if none).")] = False,
