@@ -57,6 +57,10 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class Batcher(Protocol):
+    def others(self, seq: int) -> bool:
+        """Whether slots other than `seq` hand in parts to these rounds now."""
+        ...
+
     def decode(self, seq: SeqModel, tokens: Sequence[int], rows: Sequence[int],
                gains: np.ndarray | None = None) -> np.ndarray:
         """`tokens` appended to `seq`, decoded with the other slots' parts of this round;
@@ -69,7 +73,7 @@ class SeqModel:
     """Sequence `seq` of `model`. `decode_seconds` counts this sequence's share of the
     rounds it was in (the round's time by its share of the rows)."""
 
-    batch_shared = True  # its batches are shared with other slots: their time is not its own
+    batch_shared = False  # its last round held other slots' rows: its time was not its own (set there)
 
     def __init__(self, model: Model, seq: int, batcher: Batcher | None = None, chunk: int = 0) -> None:
         self.model, self.seq, self.batcher = model, seq, batcher
@@ -93,17 +97,22 @@ class SeqModel:
     def n_past(self) -> int:
         return len(self.model.seq_tokens(self.seq))
 
+    def others_busy(self) -> bool:
+        return self.batcher is not None and self.batcher.others(self.seq)
+
     def decode(self, tokens: Sequence[int], logit_rows: Sequence[int] = ()) -> np.ndarray:
-        """As `Model.decode`, in rounds of at most `chunk` tokens."""
+        """As `Model.decode`, in rounds of at most `chunk` tokens while other slots are
+        busy (n_batch alone)."""
         rows = list(logit_rows)
         n = len(tokens)
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        if n <= self.chunk:
+        chunk = self.chunk if self.others_busy() else self.model.n_batch
+        if n <= chunk:
             return self._decode(tokens, rows)
         parts: list[np.ndarray] = []
-        for start in range(0, n, self.chunk):
-            end = min(n, start + self.chunk)
+        for start in range(0, n, chunk):
+            end = min(n, start + chunk)
             got = self._decode(tokens[start:end], [r - start for r in rows if start <= r < end])
             if len(got):
                 parts.append(got.copy())  # the next round overwrites it

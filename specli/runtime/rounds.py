@@ -104,6 +104,9 @@ class Rounds:
             if self._waiting and len(self._waiting) >= len(self._members):
                 self._run()
 
+    def others(self, seq: int) -> bool:
+        return bool(self._members - {seq})
+
     def expect(self, seqs: Sequence[int]) -> None:
         with self._cond:
             self._members.update(seqs)
@@ -145,6 +148,7 @@ class Rounds:
             total = sum(len(p.tokens) for p in run)
             for p in run:
                 p.seq.decode_seconds += seconds * len(p.tokens) / total
+                p.seq.batch_shared = len(parts) > 1
             prefill = any(p.gains is None and len(p.tokens) > 1 and not p.rows for p in parts)
             self.on_round(Round({p.seq.seq: len(p.tokens) for p in run}, seconds, prefill))
         except BaseException as e:  # noqa: BLE001 - each slot raises it in its own thread

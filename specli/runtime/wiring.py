@@ -117,7 +117,8 @@ class Runtime:
             model = self._draft_model_drafter(s, bias) if self.draft is not None else None
             auto = AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s),
                                ledger=s.auto_ledger)
-            auto.shared_batches = self.shared_batches
+            if self.shared_batches:  # a slot's: alone in its rounds, it drafts as alone
+                auto.shared_batches = getattr(self.target, "others_busy", auto.shared_batches)
             return auto
         if self.draft is None:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model", "set --draft NAME or use --drafter ngram")

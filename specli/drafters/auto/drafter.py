@@ -5,7 +5,7 @@ of highest expected tokens per second, or not at all (k = 0)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specli.drafters.auto.costs import CostModel
@@ -92,9 +92,10 @@ class AutoDrafter(Drafter):
         self._prefix = 0  # tokens a grammar forced before it
         self._max_new = PAYBACK_TOKENS  # the generation's max_tokens (budget), and where it began
         self._n_start = 0
-        # a slot of a server: its batches are shared, and the round shares the draft rows out
-        # by cost over all slots (runtime.rounds); each step offers its lookups' whole drafts
-        self.shared_batches = False
+        # a slot of a server while other slots are busy: its batches are shared, and the round
+        # shares the draft rows out by cost over all slots (runtime.rounds); each step offers
+        # its lookups' whole drafts. Alone in its rounds, it drafts as alone.
+        self.shared_batches: Callable[[], bool] = lambda: False
 
     @property
     def costs(self) -> CostModel:
@@ -171,7 +172,8 @@ class AutoDrafter(Drafter):
                 choice = Choice(name, 1, 0.0)
                 self._probing = name
                 break
-        if self.shared_batches and self._probing is None:
+        shared = self.shared_batches()
+        if shared and self._probing is None:
             choice = self._offer(choice, lookups, stats)
         self.last = choice
         self._shadow = [(name, d.tokens, self._match[name]) for name, d in lookups.items()
@@ -188,7 +190,7 @@ class AutoDrafter(Drafter):
             d.source = "draft"
         else:
             d = Draft(source="none")
-        if self.shared_batches and d.tokens and self._probing is None:
+        if shared and d.tokens and self._probing is None:
             d.gains = expected_gains(stats[choice.drafter].rates(len(d.tokens)))
         for name in self._since_tried:
             self._since_tried[name] = 0 if name == choice.drafter else self._since_tried[name] + 1
