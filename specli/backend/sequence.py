@@ -22,9 +22,9 @@ def share_cells(model: Model, src: int, dst: int, start: int, end: int) -> None:
     copied: a unified cache's cells may belong to several sequences (llama.cpp's
     parallel example shares a system prompt so), and each keeps them until it drops them."""
     src_tokens, dst_tokens = model.seq_tokens(src), model.seq_tokens(dst)
-    if not 0 <= start <= end <= len(src_tokens) or dst_tokens[:start] != src_tokens[:start]:
-        raise BackendError(f"sequence {dst} cannot share positions {start}-{end} of sequence {src}")
     with model._lock:  # noqa: SLF001 - the backend's own context, between its decodes
+        if not 0 <= start <= end <= len(src_tokens) or dst_tokens[:start] != src_tokens[:start]:
+            raise BackendError(f"sequence {dst} cannot share positions {start}-{end} of sequence {src}")
         llama_cpp.llama_memory_seq_rm(model._mem, dst, start, -1)  # noqa: SLF001
         llama_cpp.llama_memory_seq_cp(model._mem, src, dst, start, end)  # noqa: SLF001
         del dst_tokens[start:]
@@ -38,10 +38,10 @@ def take_prefix(model: Model, dst: int, tokens: Sequence[int], whole: bool = Fal
     a sequence holding all of them). Returns the tokens `dst` gained."""
     want = list(tokens)
     with model._lock:  # noqa: SLF001 - no other slot drops cells while they are looked for
-        own = _common(model.seq_tokens(dst), want)
+        own = common_prefix(model.seq_tokens(dst), want)
         src, n_best = -1, own
         for seq in range(model.n_seq):
-            n = _common(model.seq_tokens(seq), want) if seq != dst else 0
+            n = common_prefix(model.seq_tokens(seq), want) if seq != dst else 0
             if n > n_best:
                 src, n_best = seq, n
         if src < 0 or (whole and n_best < len(want)):
@@ -50,7 +50,8 @@ def take_prefix(model: Model, dst: int, tokens: Sequence[int], whole: bool = Fal
         return n_best - own
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
     n = min(len(a), len(b))
     diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
     return int(diff[0]) if len(diff) else n

@@ -84,7 +84,7 @@ class Rounds:
     on_round: Callable[[Round], None] = lambda r: None
     follower: Rounds | None = None  # the draft model's rounds
     drafting: set[int] = field(default_factory=set)  # members of `follower` after each round
-    backlog: int = 0  # requests waiting for a slot (the server's queue)
+    backlog: Callable[[], int] = lambda: 0  # requests waiting for a slot (the server's queue)
     _pace: dict[int, Pace] = field(default_factory=dict)
     _members: set[int] = field(default_factory=set)
     _waiting: dict[int, Part] = field(default_factory=dict)
@@ -139,12 +139,13 @@ class Rounds:
             self._cut(parts)
             run, followers = self._repeats(parts)
             t0 = time.perf_counter()
-            self._decode(run)
+            if run:  # every part may be a chunk another sequence already held
+                self._decode(run)
             seconds = time.perf_counter() - t0
             for p, lead in followers:
                 start = len(self.model.seq_tokens(p.seq.seq))
                 share_cells(self.model, lead.seq.seq, p.seq.seq, start, start + len(p.tokens))
-                p.out = np.empty((0, self.model.n_vocab), dtype=np.float32)
+                p.out = self._no_rows()
             total = sum(len(p.tokens) for p in run)
             for p in run:
                 p.seq.decode_seconds += seconds * len(p.tokens) / total
@@ -173,7 +174,7 @@ class Rounds:
             return
         steps = [p for p in fixed if p.rows and len(p.rows) == len(p.tokens)]
         weights = [1.0] * (len(offers) + len(steps))
-        if self.backlog == 0:
+        if self.backlog() == 0:
             weights = makespan_weights([p.rounds_left for p in offers + steps])
         ks = split_rows([p.gains[: len(p.tokens)] for p in offers if p.gains is not None], n_fixed,
                         lambda n: prices[:n], weights[: len(offers)], sum(weights[len(offers):]))
@@ -197,11 +198,14 @@ class Rounds:
             if key in leads:
                 followers.append((p, leads[key]))
             elif take_prefix(self.model, p.seq.seq, [*history, *p.tokens], whole=True):
-                p.out = np.empty((0, self.model.n_vocab), dtype=np.float32)
+                p.out = self._no_rows()
             else:
                 leads[key] = p
                 run.append(p)
         return run, followers
+
+    def _no_rows(self) -> np.ndarray:
+        return np.empty((0, self.model.n_vocab), dtype=np.float32)
 
     def _decode(self, parts: list[Part]) -> None:
         """As few llama_decodes as n_batch allows (one, as chunks are sized); rows of all

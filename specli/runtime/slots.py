@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from specli.backend.sequence import SeqModel, take_prefix
+from specli.backend.sequence import SeqModel, common_prefix, take_prefix
 from specli.runtime.prompt_cache import PromptCache
 from specli.runtime.rounds import Round, Rounds
 from specli.runtime.wiring import Runtime
@@ -84,13 +84,14 @@ class Slots:
         if self.draft_rounds is not None:
             self.draft_rounds.leave(slot.index)
 
-    def share_prefix(self, slot: Slot, prompt: list[int]) -> int:
+    def share_prefix(self, slot: Slot, prompt: list[int]) -> None:
         """`slot` takes the longest prefix of `prompt` another slot's cache holds, where it
         is longer than its own (the cells are shared, not copied: requests with one system
-        prompt, file or conversation prefill it once). Returns the target's tokens taken."""
+        prompt, file or conversation prefill it once)."""
         views: list[Any] = [slot.rt.target, slot.rt.draft]
-        taken = [take_prefix(v.model, slot.index, prompt[:-1]) for v in views if isinstance(v, SeqModel)]
-        return taken[0] if taken else 0
+        for v in views:
+            if isinstance(v, SeqModel):
+                take_prefix(v.model, slot.index, prompt[:-1])
 
     def best_for(self, prompt: list[int]) -> Slot | None:
         """The idle slot whose cache shares the longest prefix with `prompt` (the lowest
@@ -99,11 +100,7 @@ class Slots:
         for s in self.slots:
             if s.job is not None:
                 continue
-            cached = s.rt.target.tokens
-            n = min(len(cached), len(prompt))
-            a, b = np.asarray(cached[:n]), np.asarray(prompt[:n])
-            diff = np.flatnonzero(a != b)
-            shared = int(diff[0]) if len(diff) else n
+            shared = common_prefix(s.rt.target.tokens, prompt)
             if shared > n_best:
                 best, n_best = s, shared
         return best

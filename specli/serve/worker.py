@@ -162,7 +162,6 @@ class Worker:
                 wait = self._mean_s * (len(self._waiting) + 1) / self.parallel
                 raise errors.busy(len(self._waiting), self.queue_max, retry_after=max(1, math.ceil(wait)))
             self._waiting.append(job)
-            self._backlog()
             self._cond.notify_all()
 
     def cancel(self, job: Job) -> None:
@@ -171,7 +170,6 @@ class Worker:
         job.cancelled.set()
         with self._cond, contextlib.suppress(ValueError):
             self._waiting.remove(job)
-            self._backlog()
 
     @property
     def n_waiting(self) -> int:
@@ -206,6 +204,7 @@ class Worker:
             if self.cache_options is not None:
                 self.cache = open_prompt_cache(self.rt.target, self.rt.draft, self.cache_options)
             self.slots = Slots(self.rt, self.parallel, self.cache)
+            self.slots.rounds.backlog = lambda: len(self._waiting)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
             self.state = "failed"
@@ -256,16 +255,11 @@ class Worker:
             while self.state == "ready":
                 if self._waiting and self.slots.best_for(self._waiting[0].prompt) is slot:
                     job = slot.job = self._waiting.popleft()
-                    self._backlog()
                     self._cond.notify_all()  # the next job may be another slot's
                     return job
                 if not self._cond.wait(timeout=SAVE_EVERY_S / 2):
                     self._save_if_due()
             return None
-
-    def _backlog(self) -> None:
-        if self.slots is not None:
-            self.slots.rounds.backlog = len(self._waiting)
 
     def _save_if_due(self) -> None:
         if self.n_running:  # the history store is written while no slot adds to it
