@@ -88,6 +88,23 @@ def test_main_turn_after_a_side_call_restores_and_survives_a_restart(server: Ser
         assert third.choices[0].message.content == answer  # the same answer from a restored state
 
 
+def test_exact_restore_answers_as_plain_decoding() -> None:
+    """--exact: a main turn restored from RAM after a side call answers bit for bit as plain
+    decoding (--drafter none) of the same turns with no side call between them."""
+    side = [{"role": "system", "content": SIDE_SYSTEM}, {"role": "user", "content": "Tools and files."}]
+    base = ["--target", SMOL, "--draft", "none", "--ctx", "4096", "--no-prompt-cache-disk"]
+    with running([*base, "--drafter", "ngram", "--exact"]) as srv:
+        ask(srv, main_turns(1), max_tokens=48)
+        ask(srv, side)
+        restored = ask(srv, main_turns(2), max_tokens=96)
+    with running([*base, "--drafter", "none"]) as srv:
+        ask(srv, main_turns(1), max_tokens=48)
+        plain = ask(srv, main_turns(2), max_tokens=96)
+    assert figures(restored)["prompt_cache"]["source"] == "ram"
+    assert figures(restored)["drafted"] > 0
+    assert restored.choices[0].message.content == plain.choices[0].message.content
+
+
 def test_no_disk_and_a_lone_surrogate(tmp_path: Path) -> None:
     with running(["--target", SMOL, "--draft", "none", "--ctx", "2048", "--no-prompt-cache-disk",
                   "--cache-dir", str(tmp_path)]) as srv:
