@@ -18,11 +18,12 @@ SIZES = [1, 2, 4, 8, 16, 33]
 TABLE = [1.0, 1.31, 1.44, 2.06, 2.80, 5.03]
 CONTEXTS = [2048, 4096, 8192]
 AT = [[1.34, 1.63, 2.55, 3.87, 7.08], [1.19, 1.59, 2.50, 3.80, 7.20], [1.46, 2.07, 3.63, 6.29, 13.43]]
+GROWTH_SIZES = [2, 4, 8, 16, 33]
 
 
-def model() -> CostModel:
-    growth = [[r / interpolate(SIZES, TABLE, n) for n, r in zip(CONTEXT_SIZES, row)] for row in AT]
-    return CostModel(0.08, list(SIZES), list(TABLE), contexts=list(CONTEXTS), growth_sizes=list(CONTEXT_SIZES),
+def model(sizes: list[int] = GROWTH_SIZES, at: list[list[float]] = AT) -> CostModel:
+    growth = [[r / interpolate(SIZES, TABLE, n) for n, r in zip(sizes, row)] for row in at]
+    return CostModel(0.08, list(SIZES), list(TABLE), contexts=list(CONTEXTS), growth_sizes=list(sizes),
                      growth=growth)
 
 
@@ -31,7 +32,7 @@ def test_a_batch_costs_what_was_measured_at_its_context() -> None:
     assert costs.batch_ratio(16) == interpolate(SIZES, TABLE, 16)  # no context set: the table
     for ctx, row in zip(CONTEXTS, AT):
         costs.context = ctx
-        for n, r in zip(CONTEXT_SIZES, row):
+        for n, r in zip(GROWTH_SIZES, row):
             assert abs(costs.batch_ratio(n) - r) < 1e-6
             assert abs(costs.batch_ratios(33)[n - 1] - r) < 1e-6
     costs.context = 6144  # between two points: between their costs
@@ -50,6 +51,19 @@ def test_auto_drafts_shorter_where_long_context_makes_long_batches_dear() -> Non
     assert ks[0] > ks[2] >= 1 and ks[0] >= ks[1] >= ks[2]
 
 
+def test_auto_drafts_to_the_batch_size_that_is_cheap_at_its_context() -> None:
+    """The Q4_K_M target at ~4.7k cached tokens (2 threads): 63 rows cost 26 plain steps,
+    64 rows 13.9 (CPU flash attention tiled from 64 query rows), 65 rows 18.4. A draft
+    that is nearly certain goes to 64 rows there."""
+    sizes = [*GROWTH_SIZES, 63, 64, 65]
+    long_ctx = [12.9 * n / 33 if n <= 63 else {64: 13.9, 65: 18.4}[n] for n in sizes]
+    costs = model(sizes, [[interpolate(SIZES, TABLE, n) for n in sizes]] * 2 + [long_ctx])
+    stats = {"ngram": AcceptanceStats(prior=0.98, prior_weight=1e9)}
+    costs.context = 8192
+    assert choose(costs, stats, {"ngram": 64}).k == 63
+    assert costs.batch_ratio(64) < costs.batch_ratio(63) and costs.batch_ratio(64) < costs.batch_ratio(65)
+
+
 def test_costs_as_measured_at_long_context_are_no_drift() -> None:
     """Verifications that cost what the context axis says: nothing to correct."""
     costs = model()
@@ -66,7 +80,7 @@ def test_costs_as_measured_at_long_context_are_no_drift() -> None:
 
 
 def test_context_points_and_their_measurement(smol: Any) -> None:
-    assert context_points(4096) == [1024, 2048, 4055] and context_points(512) == []
+    assert context_points(4096) == [1024, 2048, 4023] and context_points(512) == []
     cal = Calibration(0.01, [1, 2, 33], [1.0, 1.5, 10.0])
     longer = with_contexts(cal, smol, smol.tokenize("def f(x):\n    return x * 2\n\n" * 8))
     assert longer is not None and longer.contexts == context_points(smol.n_ctx) and len(longer.contexts) >= 3

@@ -34,7 +34,7 @@ from specli.drafters.auto.costs import DRIFT
 from specli.runtime.load import Load, LoadProbe, sample
 from specli.types import LanguageModel
 
-CALIBRATION_VERSION = 5  # 5: logit noise also measured past NOISE_CONTEXT cached tokens
+CALIBRATION_VERSION = 6  # 6: noise of a tiled-attention batch too (NOISE_ROWS)
 SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 33)
 EXACT_SIZES_MAX = 16  # bit-exactness is compared on batches up to this size...
 PROBE_ROWS = 16  # ...against this many one-token rows
@@ -42,7 +42,7 @@ TIMED_PASSES = 2
 # Past 512 cached tokens one row over an F16 cache takes llama.cpp's split-KV attention and
 # a batch does not: the noise is measured there too.
 NOISE_CONTEXT = 640
-NOISE_ROWS = 4
+NOISE_ROWS = (4, 64)  # batches of these rows; from 64 rows CPU flash attention is tiled
 OUTLIER = 1.5
 MEASURE_TRIES, RETRY_WAIT = 2, 5.0  # a busy machine: wait this many seconds and measure once more
 T1_AGAIN_ROWS = 8  # t1 measured again at the end: its move is one sign of a busy machine
@@ -125,14 +125,17 @@ def _batch_diff(target: LanguageModel, base: int, probe: Sequence[int]) -> float
 
 
 def long_context_diff(target: LanguageModel, context: Sequence[int]) -> float:
-    """Largest |logit| difference between a batch of NOISE_ROWS rows and the same rows one
+    """Largest |logit| difference between batches of NOISE_ROWS rows and the same rows one
     token at a time past NOISE_CONTEXT cached tokens (0 where the context is too small)."""
-    if target.n_ctx < NOISE_CONTEXT + NOISE_ROWS + 1:
-        return 0.0
-    filler = (list(context) * (NOISE_CONTEXT // len(context) + 1))[:NOISE_CONTEXT]
-    target.rollback(0)
-    target.decode(filler)
-    return _batch_diff(target, NOISE_CONTEXT, filler[1 : 1 + NOISE_ROWS])
+    diff = 0.0
+    for n in NOISE_ROWS:
+        if target.n_ctx < NOISE_CONTEXT + n + 1:
+            break
+        filler = (list(context) * (NOISE_CONTEXT // len(context) + 2))[: NOISE_CONTEXT + n + 1]
+        target.rollback(0)
+        target.decode(filler[:NOISE_CONTEXT])
+        diff = max(diff, _batch_diff(target, NOISE_CONTEXT, filler[NOISE_CONTEXT + 1 :]))
+    return diff
 
 
 def exact_batch_from(exact: dict[int, bool]) -> int:
@@ -221,13 +224,15 @@ def measure_idle(target: LanguageModel, draft: LanguageModel | None, context: Se
 
 
 CHECK_SIZES = (2, 4, 8, 16, 33)
-CONTEXT_SIZES = CHECK_SIZES  # the batch sizes timed at longer contexts
+# the batch sizes timed at longer contexts; 63, 64 and 65 because llama.cpp's CPU flash
+# attention takes a tiled kernel from 64 query rows, far cheaper per row at long context
+CONTEXT_SIZES = (*CHECK_SIZES, 63, 64, 65)
 
 
 def context_points(n_ctx: int) -> list[int]:
     """The cached-token counts the batch curve is measured at beyond the calibration's
     own: a quarter, half and all of the context (room left for the largest batch)."""
-    room = n_ctx - max(SIZES) - 8
+    room = n_ctx - max(CONTEXT_SIZES) - 8
     points = {n_ctx // 4, n_ctx // 2, room}
     return sorted(p for p in points if 4 * CALIBRATION_CONTEXT_MIN <= p <= room)
 
@@ -316,9 +321,12 @@ def load(key: str, path: Path | None = None) -> Calibration | None:
     if not isinstance(entry, dict):
         return None
     try:
-        return Calibration(**entry)
+        cal = Calibration(**entry)
     except TypeError:
         return None
+    if any(len(row) != len(CONTEXT_SIZES) for row in cal.context_ratios):  # timed at other sizes
+        cal = replace(cal, contexts=[], context_ratios=[], context_t1=[])
+    return cal
 
 
 def store(key: str, cal: Calibration, path: Path | None = None) -> None:
