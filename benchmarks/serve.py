@@ -88,15 +88,16 @@ def run(args: argparse.Namespace) -> list[Result]:
         results: list[Result] = []
         current = dict.fromkeys(systems, wl.FILE)
         answers: dict[str, list[str]] = {name: [] for name in systems}
+        edits = wl.EDITS + wl.MORE_EDITS
         for w in args.workloads.split(","):
-            requests = wl.EDITS[: args.edits] if w == "edit" else wl.fresh_questions(args.fresh, Path(args.bench))
+            requests = edits[: args.edits] if w == "edit" else wl.fresh_questions(args.fresh, Path(args.bench))
             for i, req in enumerate(requests):
                 for name, srv in systems.items():
                     messages: list[dict[str, str]]
                     if w == "fresh":
                         messages = req  # type: ignore[assignment]
                     elif args.edit_format == "chat":
-                        messages = wl.edit_chat(answers[name], wl.EDITS[: i + 1])
+                        messages = wl.edit_chat(answers[name], edits[: i + 1])
                     else:
                         messages = wl.edit_prompt(current[name], req)  # type: ignore[arg-type]
                     max_tokens = args.edit_max_tokens if w == "edit" else args.fresh_max_tokens
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> list[Result]:
     finally:
         for srv in systems.values():
             srv.stop()  # type: ignore[attr-defined]
+        if args.json and "specli" in systems:  # its per-request lines: drafters used, cache
+            Path(args.json).with_suffix(".specli.log").write_text(systems["specli"].log)  # type: ignore[attr-defined]
 
 
 def summary(results: list[Result]) -> list[dict]:
@@ -167,7 +170,8 @@ def main() -> int:
     p.add_argument("--profile", default="default", help="specli profile (its target and draft are llama-server's too)")
     p.add_argument("--workloads", default="edit,fresh")
     p.add_argument("--spec-types", default=DEFAULT_SPEC_TYPES, help="llama-server --spec-type values; none = plain")
-    p.add_argument("--edits", type=int, default=len(wl.EDITS))
+    p.add_argument("--edits", type=int, default=len(wl.EDITS),
+                   help=f"edit requests (up to {len(wl.EDITS) + len(wl.MORE_EDITS)})")
     p.add_argument("--edit-format", choices=("whole", "chat"), default="chat",
                    help="carry the previous answer as the file (whole) or as the conversation (chat)")
     p.add_argument("--fresh", type=int, default=4)

@@ -1,10 +1,11 @@
 """The workloads benchmarks.serve replays over HTTP (written for this project):
 
-- `edit`: an agentic edit session. One 100-200-line file, ten requests; each asks for one
-  change and carries the previous answer, and the answer is the whole file again (the
-  "whole file" edit format of coding agents). Two ways to carry it: `whole` sends the file
-  as the last answer left it with the next change in one message (an editor's one-shot
-  edit); `chat` sends the conversation so far, every earlier answer included (a chat agent).
+- `edit`: an agentic edit session. One 100-200-line file, ten requests (twelve with
+  MORE_EDITS); each asks for one change and carries the previous answer, and the answer
+  is the whole file again (the "whole file" edit format of coding agents). Two ways to
+  carry it: `whole` sends the file as the last answer left it with the next change in one
+  message (an editor's one-shot edit); `chat` sends the conversation so far, every
+  earlier answer included (a chat agent).
 - `fresh`: coding questions answered from scratch, where little repeats (Spec-Bench's
   coding category, read from ../shared/bench, never copied here)."""
 
@@ -136,6 +137,11 @@ EDITS = [
     "Change `total_value` to round its result to 2 decimal places.",
     "Rename the function `save_json` to `write_json`.",
     "In `main`, print the usage message to sys.stderr instead of stdout (import sys at the top of the file).",
+]
+# two more for a session that grows past 12k tokens of context (benchmarks.serve --edits 12)
+MORE_EDITS = [
+    "Add a method `rename(self, sku: str, name: str) -> None` to Inventory, after `restock`.",
+    "Change DEFAULT_TIMEOUT from 30 to 60.",
 ]
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?\n(.*?)```", re.S)
