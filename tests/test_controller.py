@@ -376,6 +376,29 @@ def test_a_ledger_turned_off_never_stands_in_the_way() -> None:
     assert on.affords(1.0)
 
 
+def test_the_ledger_keeps_what_a_miss_of_its_dearest_bets_costs() -> None:
+    """64-row drafts at 8k tokens of context cost 17 plain steps: gains kept only up to
+    LEDGER_CAP would leave a winning run of them in debt after one miss, and auto at plain
+    decoding for the rest of the request. Kept up to two such bets, it drafts on after a
+    miss and stops after a third; where bets are cheap the cap stays LEDGER_CAP."""
+    from specli.drafters.auto.policy import LEDGER_CAP, Ledger
+
+    dear, cheap = Ledger(), Ledger()
+    for _ in range(10):
+        dear.record(40, 17.5)
+        cheap.record(6, 2.0)
+    assert dear.balance == pytest.approx(35.0) and cheap.balance == pytest.approx(LEDGER_CAP)
+    dear.plain()  # a plain step keeps what was won
+    assert dear.balance == pytest.approx(35.0)
+    dear.record(1, 17.5)
+    cheap.record(1, 17.5)
+    assert dear.affords(1.1) and not cheap.affords(1.3)
+    dear.record(1, 17.5)
+    assert dear.affords(1.1)
+    dear.record(1, 17.5)
+    assert not dear.affords(2.0)
+
+
 def test_a_draft_model_probe_must_pay_back_within_the_generations_budget() -> None:
     """A draft-model probe on a long new prompt first decodes the whole prompt on the draft
     model: hoped to pay back over the next 128 tokens, it cannot in a 24-token title call."""

@@ -110,6 +110,7 @@ class AcceptanceStats:
 LEDGER_START = 1.0  # plain steps a generation may lose before its first gain
 LEDGER_ALLOWANCE = 0.01  # earned per plain step: exploring costs at most 1 % where nothing pays
 LEDGER_CAP = 16.0  # gains kept: a good stretch does not pay for a long bad one
+STAKES_KEPT = 2.0  # ...or this many of the bets that won them, where a bet costs more (64 rows at 8k: 17 steps)
 LOSING_MARGIN = 0.25  # in debt a draft must promise this much over plain decoding, more per step owed
 
 
@@ -124,11 +125,13 @@ class Ledger:
     on: bool = True  # False: never stands in the way (the prices alone decide; to measure what it costs)
 
     def record(self, n_emitted: int, cost_steps: float) -> None:
-        """A step that emitted `n_emitted` tokens for `cost_steps` plain steps of time."""
-        self.balance = min(LEDGER_CAP, self.balance + n_emitted - cost_steps)
+        """A step that emitted `n_emitted` tokens for `cost_steps` plain steps of time. What
+        is kept covers a miss or two of bets as dear as this one, however dear."""
+        cap = max(LEDGER_CAP, STAKES_KEPT * cost_steps)
+        self.balance = min(max(cap, self.balance), self.balance + n_emitted - cost_steps)
 
     def plain(self) -> None:
-        self.balance = min(LEDGER_CAP, self.balance + LEDGER_ALLOWANCE)
+        self.balance = min(max(LEDGER_CAP, self.balance), self.balance + LEDGER_ALLOWANCE)
 
     def affords(self, speedup: float) -> bool:
         """Whether a draft priced at `speedup` x plain decoding may be tried: any gain while
