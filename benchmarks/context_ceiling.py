@@ -23,19 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from specli import profiles, registry
-from specli.drafters.auto.costs import CostModel, interpolate
+from specli.drafters.auto.costs import CostModel
 from specli.runtime import calibration
-from specli.runtime.calibration import CONTEXT_SIZES
+from specli.runtime.wiring import cost_model
 
 N_MAX = 65
-
-
-def cost_model(cal: calibration.Calibration) -> CostModel:
-    """The cost model `auto` starts from with this calibration (as runtime.wiring builds it)."""
-    growth = [[r / interpolate(cal.sizes, cal.ratios, n) for n, r in zip(CONTEXT_SIZES, row)]
-              for row in cal.context_ratios]
-    return CostModel(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio,
-                     contexts=list(cal.contexts), growth_sizes=list(CONTEXT_SIZES), growth=growth)
 
 
 def ceiling(costs: CostModel, context: int) -> tuple[float, int]:

@@ -59,6 +59,14 @@ def load_options(s: Settings, for_draft: bool) -> LoadOptions:
     )
 
 
+def cost_model(cal: Calibration, chunk: int | None = None) -> CostModel:
+    """The cost model `auto` starts from with calibration `cal` (`chunk`: exact verify's batch)."""
+    growth = [[r / interpolate(cal.sizes, cal.ratios, n) for n, r in zip(CONTEXT_SIZES, row)]
+              for row in cal.context_ratios]
+    return CostModel(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk,
+                     contexts=list(cal.contexts), growth_sizes=list(CONTEXT_SIZES), growth=growth)
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -208,12 +216,7 @@ class Runtime:
         s = s or self.settings
         if s.verify not in self._costs:
             cal = self._with_contexts(self.calibration())
-            chunk = cal.exact_batch if s.verify == "exact" else None
-            growth = [[r / interpolate(cal.sizes, cal.ratios, n) for n, r in zip(CONTEXT_SIZES, row)]
-                      for row in cal.context_ratios]
-            self._costs[s.verify] = CostModel(cal.t1, list(cal.sizes), list(cal.ratios), cal.draft_ratio, chunk,
-                                              contexts=list(cal.contexts), growth_sizes=list(CONTEXT_SIZES),
-                                              growth=growth)
+            self._costs[s.verify] = cost_model(cal, cal.exact_batch if s.verify == "exact" else None)
         return self._costs[s.verify]
 
     def _with_contexts(self, cal: Calibration) -> Calibration:
