@@ -163,3 +163,19 @@ def test_auto_recovers_from_a_poisoned_cost_table(qwen_target: object, qwen_cali
     assert fresh * cal.t1 > 1.05  # the text is worth drafting: plain decoding would be 1.0
     assert poisoned >= 0.9 * fresh, (poisoned * cal.t1, fresh * cal.t1)
     assert poisoned_costs.drifted  # and the runtime stores the corrected table
+
+
+def test_measured_again_the_stored_context_axis_is_kept(smol: object, tmp_path: Path) -> None:
+    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+
+    context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]  # type: ignore[attr-defined]
+    path = tmp_path / "calibration.json"
+    rows = [[1.5 + j for j in range(len(calibration.CONTEXT_SIZES))]]
+    off = Calibration(9.0, [1, 2], [1.0, 1.9], provisional=True, contexts=[4096], context_ratios=rows,
+                      context_t1=[0.5], observed={"t1": 30.0, "t1_off": 3.3})
+    calibration.store("k", off, path)
+    again = calibration.load_or_measure("k", smol, None, context, path)  # type: ignore[arg-type]
+    assert again.t1 < 1.0 and not again.provisional, (again.t1, again.load)  # the short table measured again
+    assert (again.contexts, again.context_ratios, again.context_t1) == ([4096], rows, [0.5])
+    fresh = calibration.load_or_measure("k", smol, None, context, path, recalibrate=True)
+    assert fresh.contexts == [] and calibration.load("k", path) == fresh

@@ -346,11 +346,18 @@ def store(key: str, cal: Calibration, path: Path | None = None) -> None:
 def load_or_measure(key: str, target: LanguageModel, draft: LanguageModel | None, context: Sequence[int],
                     path: Path | None = None, recalibrate: bool = False) -> Calibration:
     """Cached figures for `key`, measured now if missing, incomplete or asked for, or if
-    they were measured on a busy machine and this one is idle now."""
-    cal = None if recalibrate else load(key, path)
+    they were measured on a busy machine and this one is idle now. Measured again, they
+    keep the stored context axis (only `recalibrate` drops it): its rows are each timed
+    against t1 at their own context, a shape the short table's level does not move, and
+    timing it again at 16k tokens takes a quarter of an hour."""
+    stored = None if recalibrate else load(key, path)
+    cal = stored
     if cal is not None and cal.provisional and not sample().busy:
         cal = None
     if cal is None or (draft is not None and cal.draft_ratio <= 0):
         cal = measure_idle(target, draft, context)
+        if stored is not None and stored.contexts:
+            cal = replace(cal, contexts=stored.contexts, context_ratios=stored.context_ratios,
+                          context_t1=stored.context_t1)
         store(key, cal, path)
     return cal
