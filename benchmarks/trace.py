@@ -182,6 +182,8 @@ def run(args: argparse.Namespace) -> dict[str, list[Row]]:
     finally:
         for srv in systems.values():
             srv.stop()
+        if args.json_out and "specli" in systems:  # its per-request lines: drafters used, cache
+            Path(args.json_out).with_suffix(".specli.log").write_text(systems["specli"].log)
 
 
 def summary(rows: dict[str, list[Row]], trace: list[TraceRequest]) -> list[dict[str, Any]]:
