@@ -127,11 +127,14 @@ class Ledger:
     def record(self, n_emitted: int, cost_steps: float) -> None:
         """A step that emitted `n_emitted` tokens for `cost_steps` plain steps of time. What
         is kept covers a miss or two of bets as dear as this one, however dear."""
-        cap = max(LEDGER_CAP, STAKES_KEPT * cost_steps)
-        self.balance = min(max(cap, self.balance), self.balance + n_emitted - cost_steps)
+        self._add(n_emitted - cost_steps, max(LEDGER_CAP, STAKES_KEPT * cost_steps))
 
     def plain(self) -> None:
-        self.balance = min(max(LEDGER_CAP, self.balance), self.balance + LEDGER_ALLOWANCE)
+        self._add(LEDGER_ALLOWANCE, LEDGER_CAP)
+
+    def _add(self, gain: float, cap: float) -> None:
+        """Gains up to `cap`; a balance already above it (kept by dearer bets) only falls."""
+        self.balance = min(max(cap, self.balance), self.balance + gain)
 
     def affords(self, speedup: float) -> bool:
         """Whether a draft priced at `speedup` x plain decoding may be tried: any gain while
