@@ -68,6 +68,9 @@ class Draft:
     # tokens the step is expected to emit with the first k of `tokens`, k = 0..len: where set,
     # a batch shared with other slots may verify only a head of the draft (runtime.rounds)
     gains: np.ndarray | None = None
+    # tokens per plain step the step would make with the batch to itself (auto's own
+    # choice): what its tokens are worth in a shared batch, where rows cost everyone
+    rate: float = 1.0
 
     @classmethod
     def of_forced(cls, tokens: Sequence[int]) -> Draft:

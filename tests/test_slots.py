@@ -18,7 +18,7 @@ from benchmarks.clients import divergence_gap, slot_noise
 from specli.backend import LoadOptions, Model
 from specli.backend.sequence import SeqModel, share_cells
 from specli.drafters import DraftModelDrafter, NgramDrafter
-from specli.drafters.auto.split import expected_gains, makespan_weights, split_rows
+from specli.drafters.auto.split import expected_gains, makespan_weights, split_rows, split_rows_at_prices
 from specli.engine import GenerationConfig, run
 from specli.engine.sampling import probs_from_logits
 from specli.errors import BackendError
@@ -28,27 +28,42 @@ from specli.types import Draft, Drafter, SamplingParams
 # -- the split (pure) -----------------------------------------------------------------------
 
 
-def _value(gains: list[np.ndarray], fixed: int, cost: np.ndarray, ks: Sequence[int], w: Sequence[float],
-           fixed_tokens: float) -> float:
-    tokens = fixed_tokens + sum(wi * g[k] for wi, g, k in zip(w, gains, ks, strict=True))
+def _value(gains: list[np.ndarray], fixed: int, cost: np.ndarray, ks: Sequence[int], fixed_tokens: float) -> float:
+    tokens = fixed_tokens + sum(g[k] for g, k in zip(gains, ks, strict=True))
     return tokens / cost[fixed + len(gains) + sum(ks) - 1]
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_split_rows_is_the_best_split(seed: int) -> None:
-    """Against every split of up to 3 offers, weighted or not, beside fixed rows that emit
-    tokens or none: the same tokens per cost."""
+    """Against every split of up to 3 offers beside fixed rows that emit tokens or none:
+    the same tokens per cost."""
     rng = np.random.default_rng(seed)
     gains = [expected_gains(rng.uniform(0.2, 1.0, rng.integers(0, 5))) for _ in range(rng.integers(1, 4))]
     fixed = int(rng.integers(0, 4))
     cost = np.cumsum(rng.uniform(0.0, 1.0, 40)) + 1.0  # any rising cost
-    w = [1.0] * len(gains) if seed % 2 else list(rng.uniform(0.0, 1.0, len(gains)))
     fixed_tokens = float(rng.uniform(0, fixed)) if seed % 3 else 0.0
-    ks = split_rows(gains, fixed, lambda n: cost[:n], None if seed % 2 else w, fixed_tokens)
+    ks = split_rows(gains, fixed, lambda n: cost[:n], fixed_tokens)
     assert all(0 <= k < len(g) for k, g in zip(ks, gains, strict=True))
-    best = max(_value(gains, fixed, cost, c, w, fixed_tokens)
-               for c in itertools.product(*(range(len(g)) for g in gains)))
-    assert _value(gains, fixed, cost, ks, w, fixed_tokens) == pytest.approx(best)
+    best = max(_value(gains, fixed, cost, c, fixed_tokens) for c in itertools.product(*(range(len(g)) for g in gains)))
+    assert _value(gains, fixed, cost, ks, fixed_tokens) == pytest.approx(best)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_rows_at_prices_is_the_best_split(seed: int) -> None:
+    """Against every split of up to 3 offers beside fixed rows: the most tokens, each at
+    its offer's price, less the batch's cost."""
+    rng = np.random.default_rng(seed)
+    gains = [expected_gains(rng.uniform(0.2, 1.0, rng.integers(0, 5))) for _ in range(rng.integers(1, 4))]
+    fixed = int(rng.integers(0, 4))
+    cost = np.cumsum(rng.uniform(0.0, 1.0, 40)) + 1.0
+    prices = list(rng.uniform(0.0, 2.0, len(gains)))
+
+    def value(ks: Sequence[int]) -> float:
+        return sum(p * g[k] for p, g, k in zip(prices, gains, ks, strict=True)) - cost[fixed + len(gains) + sum(ks) - 1]
+
+    ks = split_rows_at_prices(gains, fixed, lambda n: cost[:n], prices)
+    assert all(0 <= k < len(g) for k, g in zip(ks, gains, strict=True))
+    assert value(ks) == pytest.approx(max(value(c) for c in itertools.product(*(range(len(g)) for g in gains))))
 
 
 CPU_Q4 = np.interp(np.arange(1, 66), [1, 2, 4, 8, 16, 33, 65], [1, 1.6, 2.8, 7, 8, 15, 29])  # the 2-core machine
@@ -88,7 +103,7 @@ def test_the_tokens_of_other_slots_steps_make_draft_rows_dearer() -> None:
     """Two slots stepping one token each beside an offer: their tokens count, so the
     offer's rows must beat a batch that already emits two tokens."""
     g = expected_gains([0.7] * 6)
-    assert split_rows([g], 2, lambda n: CPU_Q4[:n], None, 2.0) < split_rows([g], 2, lambda n: CPU_Q4[:n])
+    assert split_rows([g], 2, lambda n: CPU_Q4[:n], 2.0) < split_rows([g], 2, lambda n: CPU_Q4[:n])
 
 
 def test_makespan_weights() -> None:
@@ -99,15 +114,35 @@ def test_makespan_weights() -> None:
 
 def test_a_slot_due_to_end_early_leaves_its_rows_to_the_longest() -> None:
     """A near-certain lookup in a slot with 10 rounds left beside a slot needing 150: the
-    longest one's rounds are what the batch waits through, so the lookup keeps fewer
-    rows than it would for throughput; with both as long, it keeps them."""
+    longest one's rounds are what the batch waits through, so the lookup's tokens are
+    worth less and it keeps none of the rows it keeps when both are as long."""
     sure, doubtful = expected_gains([0.95] * 16), expected_gains([0.3] * 4)
     cost = lambda n: CPU_Q4[:n]  # noqa: E731
-    throughput = split_rows([sure, doubtful], 0, cost)
-    makespan = split_rows([sure, doubtful], 0, cost, makespan_weights([10.0, 150.0]))
-    assert throughput[0] >= 8
-    assert makespan[0] < throughput[0] / 2
-    assert split_rows([sure, doubtful], 0, cost, makespan_weights([150.0, 150.0])) == throughput
+    as_long = split_rows_at_prices([sure, doubtful], 0, cost, makespan_weights([150.0, 150.0]))
+    assert as_long[0] >= 8
+    assert split_rows_at_prices([sure, doubtful], 0, cost, makespan_weights([10.0, 150.0]))[0] == 0
+
+
+# a batch over 4k cached tokens on the 2-core machine (Q4_K_M), in plain steps there: dear
+# up to 63 rows, then llama.cpp's tiled attention (measured: 16 rows 0.91 s, 64 rows 2.0 s
+# against 0.12 s plain)
+CPU_Q4_4K = np.interp(np.arange(1, 66), [1, 2, 16, 33, 63, 64, 65], [1, 1.6, 7.5, 15.8, 25, 16.7, 17])
+
+
+def test_a_short_side_call_is_not_a_reason_for_dear_rows() -> None:
+    """A near-certain copy at 4k context, which alone drafts 63 tokens in a 64-row batch
+    (some 2.4 tokens a plain step), beside a title's plain step: counting the title's
+    token as the round's, the throughput split keeps a dozen dear rows and the title waits
+    through them; priced at what the copy's tokens cost it alone, only the first few
+    rows stay, the title ends in cheap rounds, and the copy has the batch to itself after."""
+    copy = expected_gains([0.98] * 15)
+    alone = split_rows([expected_gains([0.98] * 63)], 0, lambda n: CPU_Q4_4K[:n])
+    rate = float(expected_gains([0.98] * 63)[alone[0]] / CPU_Q4_4K[alone[0]])
+    assert alone == [63] and rate > 2.0
+    assert split_rows([copy], 1, lambda n: CPU_Q4_4K[:n], 1.0)[0] >= 8
+    assert split_rows_at_prices([copy], 1, lambda n: CPU_Q4_4K[:n], [1 / rate])[0] <= 4
+    # where rows are nearly free (a GPU) the copy keeps its draft beside the title
+    assert split_rows_at_prices([copy], 1, lambda n: FLAT[:n], [1 / rate]) == [15]
 
 
 def test_pace_counts_rounds_left_at_what_the_drafts_could_emit() -> None:
@@ -254,7 +289,7 @@ def test_slots_generate_what_each_generates_alone(smol: Model, smol4: Model) -> 
     alone = [run(smol, t, cfg, NgramDrafter(1, 4, smol.is_eog)).tokens for t in toks]
     smol4.reset()
     seen: list[Round] = []
-    rounds = Rounds(smol4, prices=lambda n: CPU_Q4[:n] if n <= len(CPU_Q4) else None, on_round=seen.append)
+    rounds = Rounds(smol4, prices=lambda n, ctx: CPU_Q4[:n] if n <= len(CPU_Q4) else None, on_round=seen.append)
     seqs = [SeqModel(smol4, i, rounds, chunk=16) for i in range(4)]
     drafters = [Offering(s) for s in seqs]
     got: list[list[int] | None] = [None] * 4

@@ -63,10 +63,11 @@ class Batcher(Protocol):
         ...
 
     def decode(self, seq: SeqModel, tokens: Sequence[int], rows: Sequence[int],
-               gains: np.ndarray | None = None) -> np.ndarray:
+               gains: np.ndarray | None = None, rate: float = 1.0) -> np.ndarray:
         """`tokens` appended to `seq`, decoded with the other slots' parts of this round;
         its rows, or with `gains` (the expected tokens a draft of each length 0..n-1
-        emits) perhaps only the first few (a round may give it fewer draft rows)."""
+        emits) perhaps only the first few (a round may give it fewer draft rows); `rate`:
+        the tokens per plain step the slot would make alone."""
         ...
 
 
@@ -121,12 +122,13 @@ class SeqModel:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return np.concatenate(parts)
 
-    def decode_offer(self, tokens: Sequence[int], gains: np.ndarray) -> np.ndarray:
+    def decode_offer(self, tokens: Sequence[int], gains: np.ndarray, rate: float = 1.0) -> np.ndarray:
         """[last, *draft] with every row asked, where the round may keep only a head of
-        the draft: `gains[k]` is the tokens the step is expected to emit with k of it."""
+        the draft: `gains[k]` is the tokens the step is expected to emit with k of it,
+        `rate` the tokens per plain step it would make alone."""
         if self.batcher is None or len(tokens) > self.chunk:
             return self.decode(tokens, range(len(tokens)))
-        return self.batcher.decode(self, tokens, list(range(len(tokens))), gains)
+        return self.batcher.decode(self, tokens, list(range(len(tokens))), gains, rate)
 
     def _decode(self, tokens: Sequence[int], rows: list[int]) -> np.ndarray:
         if self.batcher is None:

@@ -190,7 +190,7 @@ class _Verification:
         batch = [last, *draft.tokens]
         offer = getattr(target, "decode_offer", None) if draft.gains is not None and not self.config.exact else None
         if offer is not None:
-            rows = offer(batch, draft.gains)
+            rows = offer(batch, draft.gains, draft.rate)
             if len(rows) < len(batch):
                 draft = draft.head(len(rows) - 1)
             verdict = self._judge(draft, rows)

@@ -9,11 +9,14 @@ cut there: the round shares its draft rows out by cost over all slots together
 round every slot with a draft model is expected in the draft model's next round until
 it drafts or hands in its next target part.
 
-While no request waits for a slot, the split serves the batch's longest request (each
-slot's gains weighted by the rounds it still needs, `makespan_weights`): a slot that is
-done early only frees its place, and the rows that ended it made the longest one's
-rounds dearer. With requests waiting, a slot done early takes the next one, and every
-token counts alike.
+While no request waits for a slot, each offer's tokens are worth what they would cost it
+with the batch to itself (auto's own rate), weighted by the rounds it still needs against
+the batch's longest request (`makespan_weights`: a slot done early only frees its place,
+and the rows that ended it made the longest one's rounds dearer); a draft row goes where
+it comes cheaper than that (`split_rows_at_prices`). A short side call beside a long
+copy then ends in cheap rounds, and the copy has its long batches to itself after. With
+requests waiting, a slot done early takes the next one, and every token counts alike:
+the most tokens per cost (`split_rows`).
 
 Slots prefilling the same prompt chunk on the same history (requests sent at once with
 one system prompt, file or conversation) decode it once: the others take its cells."""
@@ -29,10 +32,11 @@ import numpy as np
 
 from specli.backend import Model
 from specli.backend.sequence import SeqModel, share_cells, take_prefix
-from specli.drafters.auto.split import makespan_weights, split_rows
+from specli.drafters.auto.split import makespan_weights, split_rows, split_rows_at_prices
 
-# prices batches of 1..n rows (an array), or None where no cost model is known
-Prices = Callable[[int], np.ndarray | None]
+# prices batches of 1..n rows over a context of so many cached tokens (an array, in plain
+# steps), or None where no cost model is known
+Prices = Callable[[int, int], np.ndarray | None]
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Part:
     tokens: Sequence[int]
     rows: list[int]
     gains: np.ndarray | None = None
+    rate: float = 1.0  # tokens per plain step the slot would make alone (an offer's)
     rounds_left: float | None = None
     out: np.ndarray | None = None
     error: BaseException | None = None
@@ -80,7 +85,7 @@ class Round:
 @dataclass
 class Rounds:
     model: Model
-    prices: Prices = lambda n: None
+    prices: Prices = lambda n, context: None
     on_round: Callable[[Round], None] = lambda r: None
     follower: Rounds | None = None  # the draft model's rounds
     drafting: set[int] = field(default_factory=set)  # members of `follower` after each round
@@ -112,10 +117,10 @@ class Rounds:
             self._members.update(seqs)
 
     def decode(self, seq: SeqModel, tokens: Sequence[int], rows: Sequence[int],
-               gains: np.ndarray | None = None) -> np.ndarray:
+               gains: np.ndarray | None = None, rate: float = 1.0) -> np.ndarray:
         if self.follower is not None:
             self.follower.leave(seq.seq)
-        part = Part(seq, tokens, list(rows), gains)
+        part = Part(seq, tokens, list(rows), gains, rate)
         pace = self._pace.get(seq.seq)
         if pace is not None and rows and len(rows) == len(tokens):  # a step, not a prompt's chunk
             part.rounds_left = pace.step(seq.n_past, float(gains[-1]) if gains is not None else 1.0)
@@ -162,22 +167,29 @@ class Rounds:
         self._cond.notify_all()
 
     def _cut(self, parts: list[Part]) -> None:
-        """Offers keep the draft rows the split gives them (all of them without prices).
-        Other slots' steps count their token, prompt chunks none."""
+        """Offers keep the draft rows the split gives them (all of them without prices),
+        priced at the longest context in the round. With requests waiting, every token
+        counts alike: the split with the most tokens per cost, other slots' steps counting
+        their token (prompt chunks none). Without, the split serves the longest request,
+        and an offer's tokens are worth what they would cost it alone (weighted by the
+        rounds it still needs against the longest's): a row goes where it comes cheaper
+        than that, since whatever the split, the round waits for its other rows."""
         offers = [p for p in parts if p.gains is not None]
         if not offers:
             return
         fixed = [p for p in parts if p.gains is None]
         n_fixed = sum(len(p.tokens) for p in fixed)
-        prices = self.prices(n_fixed + sum(len(p.tokens) for p in offers))
+        prices = self.prices(n_fixed + sum(len(p.tokens) for p in offers), max(p.seq.n_past for p in parts))
         if prices is None:
             return
+        gains = [p.gains[: len(p.tokens)] for p in offers if p.gains is not None]
         steps = [p for p in fixed if p.rows and len(p.rows) == len(p.tokens)]
-        weights = [1.0] * (len(offers) + len(steps))
         if self.backlog() == 0:
             weights = makespan_weights([p.rounds_left for p in offers + steps])
-        ks = split_rows([p.gains[: len(p.tokens)] for p in offers if p.gains is not None], n_fixed,
-                        lambda n: prices[:n], weights[: len(offers)], sum(weights[len(offers):]))
+            ks = split_rows_at_prices(gains, n_fixed, lambda n: prices[:n],
+                                      [w / max(1.0, p.rate) for w, p in zip(weights, offers)])
+        else:
+            ks = split_rows(gains, n_fixed, lambda n: prices[:n], float(len(steps)))
         for p, k in zip(offers, ks, strict=True):
             p.tokens, p.rows = p.tokens[: 1 + k], p.rows[: 1 + k]
 

@@ -70,9 +70,9 @@ class Slots:
             view = replace(rt, target=target, draft=draft, shared_batches=n > 1)  # type: ignore[arg-type]
             self.slots.append(Slot(i, view, replace(cache, target=target, draft=draft) if cache else None))
 
-    def _prices(self, n_max: int) -> np.ndarray | None:
+    def _prices(self, n_max: int, context: int) -> np.ndarray | None:
         costs = self.rt._costs.get("batch")  # noqa: SLF001 - the cost model auto prices with, once it exists
-        return costs.batch_ratios(n_max) if costs is not None and costs.step > 0 else None
+        return costs.batch_ratios(n_max, context) if costs is not None and costs.step > 0 else None
 
     def begin(self, slot: Slot, limit: int | None = None) -> None:
         """The slot's request is about to generate (up to position `limit` at the latest,

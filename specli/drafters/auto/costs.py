@@ -218,8 +218,9 @@ class CostModel:
         table = interpolate(self.sizes, self.ratios, n) * float(self.growth_at(n)[-1])
         return max(1.0, table * (self._fits.at(n) if self._fits else self.level))
 
-    def batch_ratios(self, n_max: int) -> np.ndarray:
-        """batch_ratio(n) for n = 1..n_max at once (auto prices every k each step)."""
+    def batch_ratios(self, n_max: int, context: int | None = None) -> np.ndarray:
+        """batch_ratio(n) for n = 1..n_max at once (auto prices every k each step), at
+        `context` cached tokens (default: the current one)."""
         ns = np.arange(1, n_max + 1, dtype=np.float64)
         sizes = np.asarray(self.sizes, dtype=np.float64)
         table = np.interp(ns, sizes, self.ratios)
@@ -230,7 +231,7 @@ class CostModel:
             table = self.ratios[0] * ns / sizes[0]
         # flat beyond the sizes seen
         fix = np.interp(ns, self._fits.sizes, self._fits.values) if self._fits else np.full(n_max, self.level)
-        out = np.maximum(1.0, table * fix * self.growth_at(n_max))
+        out = np.maximum(1.0, table * fix * self.growth_at(n_max, context))
         out[0] = 1.0
         return out
 

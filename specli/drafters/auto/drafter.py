@@ -192,6 +192,7 @@ class AutoDrafter(Drafter):
             d = Draft(source="none")
         if shared and d.tokens and self._probing is None:
             d.gains = expected_gains(stats[choice.drafter].rates(len(d.tokens)))
+            d.rate = max(1.0, choice.speed * self.costs.step)
         for name in self._since_tried:
             self._since_tried[name] = 0 if name == choice.drafter else self._since_tried[name] + 1
         self._used = (choice.drafter, len(d.tokens))

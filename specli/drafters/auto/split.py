@@ -1,5 +1,6 @@
 """Draft rows shared out across the slots of one batch: the split that gives the most
-expected tokens per unit of the whole batch's cost (pure math)."""
+expected tokens per unit of the whole batch's cost, or the most tokens at each slot's own
+price less the batch's cost (pure math)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import numpy as np
 
 
 def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray],
-               weights: Sequence[float] | None = None, fixed_tokens: float = 0.0) -> list[int]:
+               fixed_tokens: float = 0.0) -> list[int]:
     """Draft lengths k_i, one per offer, maximising
-    (fixed_tokens + sum_i w_i gains[i][k_i]) / cost(rows), every w_i 1 without `weights`.
+    (fixed_tokens + sum_i gains[i][k_i]) / cost(rows): the most tokens per cost.
 
     `gains[i][k]` is the tokens offer i is expected to emit when k of its draft tokens
     are verified (gains[i][0] is the plain step's token); each offer takes 1 + k_i rows,
     beside `fixed_rows` rows nobody may cut (prefill chunks, other slots' steps), which
-    emit `fixed_tokens` (weighted likewise).
+    emit `fixed_tokens`.
     `batch_cost(n)` prices batches of 1..n rows (an array, index n - 1).
 
     The gains are concave in k (each further token is kept only if every one before it
@@ -25,18 +26,45 @@ def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callabl
     if not gains:
         return []
     base = fixed_rows + len(gains)
-    w = np.ones(len(gains)) if weights is None else np.asarray(weights, dtype=np.float64)
-    inc = [wi * np.diff(np.asarray(g, dtype=np.float64)) for wi, g in zip(w, gains, strict=True)]
-    owner = np.concatenate([np.full(len(d), i) for i, d in enumerate(inc)]) if inc else np.zeros(0, int)
-    flat = np.concatenate(inc) if inc else np.zeros(0)
+    owner, flat, order = _increments(gains, np.ones(len(gains)))
     if flat.size == 0:
         return [0] * len(gains)
-    # largest increments first; within an offer they already come in order (stable sort)
-    order = np.argsort(-flat, kind="stable")
-    tokens = fixed_tokens + float(sum(wi * g[0] for wi, g in zip(w, gains, strict=True))) + np.concatenate([[0.0], np.cumsum(flat[order])])
+    tokens = fixed_tokens + float(sum(g[0] for g in gains)) + np.concatenate([[0.0], np.cumsum(flat[order])])
     cost = np.asarray(batch_cost(base + flat.size), dtype=np.float64)[base - 1:]
     best = int(np.argmax(tokens / cost))
     return [int(n) for n in np.bincount(owner[order[:best]], minlength=len(gains))]
+
+
+def split_rows_at_prices(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray],
+                         prices: Sequence[float]) -> list[int]:
+    """Draft lengths k_i, one per offer, maximising
+    sum_i prices[i] * gains[i][k_i] - cost(rows):
+    each offer's tokens are worth `prices[i]` plain steps apiece (what they would cost
+    it with the batch to itself, weighted by how much its end matters), so a row goes
+    where it comes cheaper than that. The rows the round holds anyway (`fixed_rows`, one
+    per offer) are paid whatever the split, which is the difference from `split_rows`:
+    a slot riding beside another's short request does not make long rows look cheap by
+    counting that request's token as its own. Same search: the D largest increments."""
+    if not gains:
+        return []
+    base = fixed_rows + len(gains)
+    owner, flat, order = _increments(gains, np.asarray(prices, dtype=np.float64))
+    if flat.size == 0:
+        return [0] * len(gains)
+    value = np.concatenate([[0.0], np.cumsum(flat[order])])
+    cost = np.asarray(batch_cost(base + flat.size), dtype=np.float64)[base - 1:]
+    best = int(np.argmax(value - cost))
+    return [int(n) for n in np.bincount(owner[order[:best]], minlength=len(gains))]
+
+
+def _increments(gains: Sequence[np.ndarray], w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each offer's weighted gain per further draft token, flat, with its owner, and the
+    order that takes the largest first (within an offer they already come in order:
+    the gains are concave, and the sort is stable)."""
+    inc = [wi * np.diff(np.asarray(g, dtype=np.float64)) for wi, g in zip(w, gains, strict=True)]
+    owner = np.concatenate([np.full(len(d), i) for i, d in enumerate(inc)]) if inc else np.zeros(0, int)
+    flat = np.concatenate(inc) if inc else np.zeros(0)
+    return owner, flat, np.argsort(-flat, kind="stable")
 
 
 def expected_gains(rates: Sequence[float] | np.ndarray) -> np.ndarray:
