@@ -23,16 +23,8 @@ def split_rows(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callabl
     The gains are concave in k (each further token is kept only if every one before it
     was), so for each total of draft rows D the best split takes the D largest
     increments over all offers; the best D is then read off the cost curve."""
-    if not gains:
-        return []
-    base = fixed_rows + len(gains)
-    owner, flat, order = _increments(gains, np.ones(len(gains)))
-    if flat.size == 0:
-        return [0] * len(gains)
-    tokens = fixed_tokens + float(sum(g[0] for g in gains)) + np.concatenate([[0.0], np.cumsum(flat[order])])
-    cost = np.asarray(batch_cost(base + flat.size), dtype=np.float64)[base - 1:]
-    best = int(np.argmax(tokens / cost))
-    return [int(n) for n in np.bincount(owner[order[:best]], minlength=len(gains))]
+    return _best_split(gains, fixed_rows, batch_cost, np.ones(len(gains)),
+                       lambda tokens, cost: (fixed_tokens + sum(g[0] for g in gains) + tokens) / cost)
 
 
 def split_rows_at_prices(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray],
@@ -45,15 +37,23 @@ def split_rows_at_prices(gains: Sequence[np.ndarray], fixed_rows: int, batch_cos
     per offer) are paid whatever the split, which is the difference from `split_rows`:
     a slot riding beside another's short request does not make long rows look cheap by
     counting that request's token as its own. Same search: the D largest increments."""
+    return _best_split(gains, fixed_rows, batch_cost, np.asarray(prices, dtype=np.float64),
+                       lambda value, cost: value - cost)
+
+
+def _best_split(gains: Sequence[np.ndarray], fixed_rows: int, batch_cost: Callable[[int], np.ndarray],
+                w: np.ndarray, score: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list[int]:
+    """The split whose total of draft rows D maximises `score(gain of the D largest
+    weighted increments, cost of the batch with D draft rows)`, as a length per offer."""
     if not gains:
         return []
     base = fixed_rows + len(gains)
-    owner, flat, order = _increments(gains, np.asarray(prices, dtype=np.float64))
+    owner, flat, order = _increments(gains, w)
     if flat.size == 0:
         return [0] * len(gains)
-    value = np.concatenate([[0.0], np.cumsum(flat[order])])
+    gained = np.concatenate([[0.0], np.cumsum(flat[order])])
     cost = np.asarray(batch_cost(base + flat.size), dtype=np.float64)[base - 1:]
-    best = int(np.argmax(value - cost))
+    best = int(np.argmax(score(gained, cost)))
     return [int(n) for n in np.bincount(owner[order[:best]], minlength=len(gains))]
 
 
