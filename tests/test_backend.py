@@ -10,6 +10,7 @@ from conftest import GEMMA, QWEN_DRAFT, QWEN_F16, QWEN_TARGET, SMOL, model_file
 
 from specli.backend import LoadOptions, Model, StreamDetokenizer, check_gguf_header, read_model_info
 from specli.errors import BackendError, ContextError, ModelError
+from specli.runtime.calibration import Calibration
 
 EXPECTED = {
     # name: (architecture, n_vocab, has chat template)
@@ -161,11 +162,10 @@ def test_truncated_gguf_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
 def exact_q4() -> Iterator[tuple[Model, int]]:
     """The Q4_K_M target loaded for exact verification, with its measured exact chunk."""
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import measure
+    from specli.runtime.calibration import measure_exact_batch
 
     m = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=1024, exact_verify=True))
-    cal = measure(m, None, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
-    yield m, cal.exact_batch
+    yield m, measure_exact_batch(m, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
     m.close()
 
 
@@ -200,13 +200,10 @@ def _in_chunks(m: Model, tokens: list[int], chunk: int) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def test_default_batch_rows_differ_only_by_noise(qwen_target: Model) -> None:
+def test_default_batch_rows_differ_only_by_noise(qwen_calibration: Calibration) -> None:
     """One-batch verification (the default) is not bit-exact on CPU, but its rows stay
     within the noise the calibration measures (the near-tie bound's source)."""
-    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import measure
-
-    cal = measure(qwen_target, None, qwen_target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
+    cal = qwen_calibration
     assert 0 < cal.max_logit_diff < 2.0  # batches of 4+ rows take the repacked weights' gemm
     assert cal.sizes[0] == 1 and all(r >= 1.0 for r in cal.ratios)
 

@@ -489,7 +489,7 @@ def test_qwen_pair_on_builtin_prompts() -> None:
     model_file(QWEN_TARGET)
     model_file(QWEN_DRAFT)
     opts = BenchOptions(suite="code", limit=2, max_tokens=16, modes="baseline,draft", progress=False, warmup=False,
-                        overrides={"target": QWEN_TARGET, "draft": QWEN_DRAFT, "ctx": 1024, "threads": 1})
+                        overrides={"target": QWEN_TARGET, "draft": QWEN_DRAFT, "ctx": 512, "threads": 2})
     plan = bench.plan_bench(opts)
     result = bench.BenchResult(plan)
     bench.execute(plan, result)

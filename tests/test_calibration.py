@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import QWEN_TARGET, model_file
+from conftest import QWEN_TARGET, SMOL, model_file
 
+from specli.backend import LoadOptions, Model
 from specli.drafters import AutoDrafter, NgramDrafter
 from specli.drafters.auto.costs import CostModel
 from specli.engine import GenerationConfig, generate
@@ -40,28 +42,37 @@ def test_the_machine_and_what_runs_observed_are_stored_too(tmp_path: Path) -> No
     assert Load(**cal.load).busy
 
 
+@pytest.fixture(scope="module")
+def smol_short() -> Iterator[Model]:
+    """SmolLM2 with no room for the noise past NOISE_CONTEXT: calibrated in 2 s, not 7."""
+    m = Model(model_file(SMOL), LoadOptions(n_ctx=512))
+    yield m
+    m.close()
+
+
 def _burners() -> list[subprocess.Popen[bytes]]:
-    """A busy machine: every core spinning in another process (stopped by the caller)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    """A busy machine: half the cores spinning in other processes (stopped by the caller),
+    twice what counts as busy."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, (os.cpu_count() or 2) // 2))]
 
 
 def test_a_busy_machine_is_seen_and_measured_again_at_the_next_idle_start(
-        smol: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        smol_short: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
 
     monkeypatch.setattr(calibration, "RETRY_WAIT", 0.1)
-    context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]  # type: ignore[attr-defined]
+    context = smol_short.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
     path = tmp_path / "calibration.json"
     burners = _burners()
     try:
-        busy = calibration.load_or_measure("k", smol, None, context, path)  # type: ignore[arg-type]
+        busy = calibration.load_or_measure("k", smol_short, None, context, path)
     finally:
         for p in burners:
             p.kill()
             p.wait()
     assert busy.provisional and Load(**busy.load).others > 0.2, busy.load
     assert calibration.load("k", path).provisional  # type: ignore[union-attr]
-    idle = calibration.load_or_measure("k", smol, None, context, path)  # type: ignore[arg-type]
+    idle = calibration.load_or_measure("k", smol_short, None, context, path)
     assert not idle.provisional, idle.load
     assert idle.t1 < busy.t1
     assert calibration.load("k", path) == idle
@@ -71,6 +82,15 @@ def test_exact_chunk_is_the_longest_exact_prefix_of_sizes() -> None:
     assert exact_batch_from({2: True, 3: True, 4: False, 5: True}) == 3
     assert exact_batch_from({2: False, 3: True}) == 1
     assert exact_batch_from({n: True for n in range(2, 17)}) == 16
+
+
+def test_the_exact_batch_alone_is_the_one_measure_finds(smol_short: Model) -> None:
+    from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
+
+    context = smol_short.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
+    found = calibration.measure_exact_batch(smol_short, context)
+    assert found == calibration.measure(smol_short, None, context).exact_batch and found >= 2
+    assert smol_short.n_past == 0
 
 
 def test_implausible_timings_are_flagged_for_remeasuring() -> None:
@@ -165,17 +185,17 @@ def test_auto_recovers_from_a_poisoned_cost_table(qwen_target: object, qwen_cali
     assert poisoned_costs.drifted  # and the runtime stores the corrected table
 
 
-def test_measured_again_the_stored_context_axis_is_kept(smol: object, tmp_path: Path) -> None:
+def test_measured_again_the_stored_context_axis_is_kept(smol_short: Model, tmp_path: Path) -> None:
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
 
-    context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]  # type: ignore[attr-defined]
+    context = smol_short.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
     path = tmp_path / "calibration.json"
     rows = [[1.5 + j for j in range(len(calibration.CONTEXT_SIZES))]]
     off = Calibration(9.0, [1, 2], [1.0, 1.9], provisional=True, contexts=[4096], context_ratios=rows,
                       context_t1=[0.5], observed={"t1": 30.0, "t1_off": 3.3})
     calibration.store("k", off, path)
-    again = calibration.load_or_measure("k", smol, None, context, path)  # type: ignore[arg-type]
+    again = calibration.load_or_measure("k", smol_short, None, context, path)
     assert again.t1 < 1.0 and not again.provisional, (again.t1, again.load)  # the short table measured again
     assert (again.contexts, again.context_ratios, again.context_t1) == ([4096], rows, [0.5])
-    fresh = calibration.load_or_measure("k", smol, None, context, path, recalibrate=True)
+    fresh = calibration.load_or_measure("k", smol_short, None, context, path, recalibrate=True)
     assert fresh.contexts == [] and calibration.load("k", path) == fresh

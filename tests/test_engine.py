@@ -268,10 +268,10 @@ def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_
 @pytest.fixture(scope="module")
 def qwen_exact() -> Iterator[Model]:
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import measure
+    from specli.runtime.calibration import measure_exact_batch
 
     m = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=4096, exact_verify=True))
-    m.exact_batch = measure(m, None, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]).exact_batch
+    m.exact_batch = measure_exact_batch(m, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
     yield m
     m.close()
 

@@ -24,7 +24,7 @@ SIDE_SYSTEM = "Write a title of at most six words for the conversation below."
 
 
 def args(folder: Path) -> list[str]:
-    return ["--target", SMOL, "--draft", "none", "--ctx", "4096", "--cache-ram", "64", "--cache-dir", str(folder)]
+    return ["--target", SMOL, "--draft", "none", "--ctx", "2048", "--cache-ram", "64", "--cache-dir", str(folder)]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_exact_restore_answers_as_plain_decoding() -> None:
     """--exact: a main turn restored from RAM after a side call answers bit for bit as plain
     decoding (--drafter none) of the same turns with no side call between them."""
     side = [{"role": "system", "content": SIDE_SYSTEM}, {"role": "user", "content": "Tools and files."}]
-    base = ["--target", SMOL, "--draft", "none", "--ctx", "4096", "--no-prompt-cache-disk"]
+    base = ["--target", SMOL, "--draft", "none", "--ctx", "2048", "--no-prompt-cache-disk"]
     with running([*base, "--drafter", "ngram", "--exact"]) as srv:
         ask(srv, main_turns(1), max_tokens=48)
         ask(srv, side)

@@ -35,7 +35,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServeProcess]:
     model_file(MODEL)
-    with running(["--target", MODEL, "--draft", "none", "--ctx", "4096"]) as srv:
+    with running(["--target", MODEL, "--draft", "none", "--ctx", "1024"]) as srv:
         yield srv
 
 
