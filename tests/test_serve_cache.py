@@ -24,7 +24,10 @@ SIDE_SYSTEM = "Write a title of at most six words for the conversation below."
 
 
 def args(folder: Path) -> list[str]:
-    return ["--target", SMOL, "--draft", "none", "--ctx", "2048", "--cache-ram", "64", "--cache-dir", str(folder)]
+    """One slot: a side call must push the main conversation out (with more slots it takes
+    another one: test_serve_slots)."""
+    return ["--target", SMOL, "--draft", "none", "--ctx", "2048", "--parallel", "1", "--cache-ram", "64",
+            "--cache-dir", str(folder)]
 
 
 @pytest.fixture(scope="module")

@@ -138,6 +138,26 @@ def test_requests_with_one_prefix_prefill_it_once(client: Any, server: ServeProc
     assert all(same_or_near_tie(local, p, alone[p], got[p]) for p in got), (alone, got)
 
 
+def test_a_side_call_takes_another_slot_and_the_conversation_stays_live(client: Any) -> None:
+    """A side call sharing only the chat template's first tokens with a conversation goes
+    to the least recently used slot: the conversation is neither saved nor restored, its
+    next turn finds it live (llama-server's rule would send it into the conversation's slot)."""
+    system = "You answer questions about a parts list. " + " ".join(f"Bin {i} holds part {i * 3}." for i in range(60))
+    turn = [{"role": "system", "content": system}, {"role": "user", "content": "What is in bin 7?"}]
+    first = client.chat.completions.create(model=SMOL, messages=turn, max_tokens=8, temperature=0,
+                                           extra_body=NO_HISTORY)
+    client.chat.completions.create(
+        model=SMOL, max_tokens=8, temperature=0, extra_body=NO_HISTORY,
+        messages=[{"role": "system", "content": "Write a short title."}, {"role": "user", "content": "Parts."}])
+    turn += [{"role": "assistant", "content": first.choices[0].message.content},
+             {"role": "user", "content": "And in bin 9?"}]
+    second = client.chat.completions.create(model=SMOL, messages=turn, max_tokens=8, temperature=0,
+                                            extra_body=NO_HISTORY)
+    pc = second.model_dump()["specli"]["prompt_cache"]
+    assert pc["source"] == "live" and not pc["saved_entry"], pc
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+
+
 def test_a_dropped_client_frees_its_slot_at_the_next_step(client: Any, server: ServeProcess) -> None:
     """Four long streams fill the slots; one client leaves; a waiting request starts
     within about a step, and the other three streams go on."""

@@ -4,7 +4,9 @@ caches one store seen through each slot's sequences."""
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,6 +16,23 @@ from specli.backend.sequence import SeqModel, common_prefix, take_prefix
 from specli.runtime.prompt_cache import PromptCache
 from specli.runtime.rounds import Round, Rounds
 from specli.runtime.wiring import Runtime
+
+
+def pick_slot(n_prompt: int, idle: Sequence[tuple[int, int, int, int]]) -> int | None:
+    """The slot for a prompt of `n_prompt` tokens among the idle ones, given as (index,
+    prefix shared with the prompt, tokens cached, last use): of those that hold all of the
+    prompt but its last token (a repeat) or whose cache the prompt keeps at least half of
+    (it goes on with their conversation), the one sharing the most; else the least
+    recently used. llama-server reuses a slot that shares a tenth of the prompt, so a
+    short side call sharing the chat template's first tokens pushes the conversation out;
+    here it goes to a slot nobody needs, and the prefix it shares with any slot comes
+    along as shared cells (Slots.share_prefix)."""
+    if not idle:
+        return None
+    going_on = [s for s in idle if s[2] and (s[1] >= n_prompt - 1 or 2 * s[1] >= s[2])]
+    if going_on:
+        return max(going_on, key=lambda s: (s[1], -s[0]))[0]
+    return min(idle, key=lambda s: (s[3], s[0]))[0]
 
 
 def prefill_chunk(n_batch: int, n_slots: int) -> int:
@@ -49,6 +68,7 @@ class Slot:
     rt: Runtime  # over this slot's sequences
     cache: PromptCache | None
     job: Any = None  # the request it serves (the serve layer's), None when idle
+    last_used: int = -1  # when its last request ended, in requests served (-1: never)
 
 
 class Slots:
@@ -64,6 +84,7 @@ class Slots:
             self.rounds.drafting = set(range(n))
         self.cache_lock = threading.Lock()  # one slot saves or restores at a time
         self.slots: list[Slot] = []
+        self._ended = itertools.count()
         for i in range(n):
             target = SeqModel(rt.target, i, self.rounds, chunk)
             draft = SeqModel(rt.draft, i, self.draft_rounds, chunk) if rt.draft is not None else None
@@ -80,6 +101,7 @@ class Slots:
         self.rounds.join(slot.index, limit)
 
     def end(self, slot: Slot) -> None:
+        slot.last_used = next(self._ended)
         self.rounds.leave(slot.index)
         if self.draft_rounds is not None:
             self.draft_rounds.leave(slot.index)
@@ -94,13 +116,8 @@ class Slots:
                 take_prefix(v.model, slot.index, prompt[:-1])
 
     def best_for(self, prompt: list[int]) -> Slot | None:
-        """The idle slot whose cache shares the longest prefix with `prompt` (the lowest
-        index among equals), as llama-server picks by prompt similarity."""
-        best, n_best = None, -1
-        for s in self.slots:
-            if s.job is not None:
-                continue
-            shared = common_prefix(s.rt.target.tokens, prompt)
-            if shared > n_best:
-                best, n_best = s, shared
-        return best
+        """The idle slot for `prompt` (pick_slot)."""
+        idle = [(s.index, common_prefix(s.rt.target.tokens, prompt), len(s.rt.target.tokens), s.last_used)
+                for s in self.slots if s.job is None]
+        index = pick_slot(len(prompt), idle)
+        return None if index is None else self.slots[index]
