@@ -23,6 +23,7 @@ from specli.engine import GenerationConfig, run
 from specli.engine.sampling import probs_from_logits
 from specli.errors import BackendError
 from specli.runtime.rounds import Pace, Round, Rounds
+from specli.runtime.slots import IdleSlot as S
 from specli.runtime.slots import pick_slot
 from specli.types import Draft, Drafter, SamplingParams
 
@@ -148,13 +149,13 @@ def test_a_short_side_call_is_not_a_reason_for_dear_rows() -> None:
 
 def test_a_slot_is_reused_where_the_prompt_goes_on_with_it_else_the_least_recently_used() -> None:
     # (index, prefix shared with a 1,000-token prompt, tokens cached, last use)
-    main, empty, older = (0, 5, 3000, 7), (1, 0, 0, -1), (2, 0, 900, 3)
+    main, empty, older = S(0, 5, 3000, 7), S(1, 0, 0, -1), S(2, 0, 900, 3)
     assert pick_slot(1000, [main, empty, older]) == 1  # the chat template's tokens only: a never used slot
     assert pick_slot(1000, [main, older]) == 2  # then the one used longest ago
-    assert pick_slot(2000, [(0, 1500, 3000, 7), empty]) == 0  # keeps half of what it holds: goes on with it
-    assert pick_slot(2000, [(0, 1499, 3000, 7), empty]) == 1
-    assert pick_slot(30, [(0, 29, 94, 7), empty]) == 0  # holds all of a repeated prompt but its last token
-    assert pick_slot(1000, [(0, 300, 300, 1), (1, 600, 700, 9), (2, 600, 600, 0)]) == 1  # most shared, lowest index
+    assert pick_slot(2000, [S(0, 1500, 3000, 7), empty]) == 0  # keeps half of what it holds: goes on with it
+    assert pick_slot(2000, [S(0, 1499, 3000, 7), empty]) == 1
+    assert pick_slot(30, [S(0, 29, 94, 7), empty]) == 0  # holds all of a repeated prompt but its last token
+    assert pick_slot(1000, [S(0, 300, 300, 1), S(1, 600, 700, 9), S(2, 600, 600, 0)]) == 1  # most shared, lowest index
     assert pick_slot(10, []) is None
 
 

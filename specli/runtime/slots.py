@@ -18,10 +18,17 @@ from specli.runtime.rounds import Round, Rounds
 from specli.runtime.wiring import Runtime
 
 
-def pick_slot(n_prompt: int, idle: Sequence[tuple[int, int, int, int]]) -> int | None:
-    """The slot for a prompt of `n_prompt` tokens among the idle ones, given as (index,
-    prefix shared with the prompt, tokens cached, last use): of those that hold all of the
-    prompt but its last token (a repeat) or whose cache the prompt keeps at least half of
+@dataclass(frozen=True)
+class IdleSlot:
+    index: int
+    shared: int  # prefix shared with the prompt
+    cached: int  # tokens its cache holds
+    last_used: int
+
+
+def pick_slot(n_prompt: int, idle: Sequence[IdleSlot]) -> int | None:
+    """The slot for a prompt of `n_prompt` tokens among the idle ones: of those that hold
+    all of the prompt but its last token (a repeat) or whose cache the prompt keeps half of
     (it goes on with their conversation), the one sharing the most; else the least
     recently used. llama-server reuses a slot that shares a tenth of the prompt, so a
     short side call sharing the chat template's first tokens pushes the conversation out;
@@ -29,10 +36,10 @@ def pick_slot(n_prompt: int, idle: Sequence[tuple[int, int, int, int]]) -> int |
     along as shared cells (Slots.share_prefix)."""
     if not idle:
         return None
-    going_on = [s for s in idle if s[2] and (s[1] >= n_prompt - 1 or 2 * s[1] >= s[2])]
+    going_on = [s for s in idle if s.cached and (s.shared >= n_prompt - 1 or 2 * s.shared >= s.cached)]
     if going_on:
-        return max(going_on, key=lambda s: (s[1], -s[0]))[0]
-    return min(idle, key=lambda s: (s[3], s[0]))[0]
+        return max(going_on, key=lambda s: (s.shared, -s.index)).index
+    return min(idle, key=lambda s: (s.last_used, s.index)).index
 
 
 def prefill_chunk(n_batch: int, n_slots: int) -> int:
@@ -117,7 +124,7 @@ class Slots:
 
     def best_for(self, prompt: list[int]) -> Slot | None:
         """The idle slot for `prompt` (pick_slot)."""
-        idle = [(s.index, common_prefix(s.rt.target.tokens, prompt), len(s.rt.target.tokens), s.last_used)
+        idle = [IdleSlot(s.index, common_prefix(s.rt.target.tokens, prompt), len(s.rt.target.tokens), s.last_used)
                 for s in self.slots if s.job is None]
         index = pick_slot(len(prompt), idle)
         return None if index is None else self.slots[index]
