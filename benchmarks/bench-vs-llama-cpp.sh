@@ -2,7 +2,7 @@
 # Reproduce the README's performance tables: specli's modes beside llama.cpp's own
 # speculative decoding, in the same runs, on this machine. Greedy, 192 tokens, decode
 # speed. Nothing else should run meanwhile. Results (JSON + Markdown) go to $OUT_DIR.
-# Usage: scripts/bench-vs-llama-cpp.sh [q4|f16|exact|sampling|specbench|all] [SPEC_BENCH_JSONL]
+# Usage: benchmarks/bench-vs-llama-cpp.sh [q4|f16|exact|sampling|specbench|all] [SPEC_BENCH_JSONL]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
