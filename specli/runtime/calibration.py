@@ -282,11 +282,29 @@ def measure_contexts(target: LanguageModel, context: Sequence[int], points: Sequ
     return list(points), ratios, t1s
 
 
+def missing_context_points(cal: Calibration, n_ctx: int) -> list[int]:
+    """The points a context of `n_ctx` tokens needs measured that `cal` lacks (all or none)."""
+    points = context_points(n_ctx)
+    if not points or (cal.contexts and max(cal.contexts) >= points[-1]):
+        return []
+    return points
+
+
+def context_minutes(cal: Calibration, points: Sequence[int]) -> float:
+    """A rough time for measure_contexts at `points`: filling the cache to the last point
+    at the largest batch's rate per token, attention doubling it on the way, plus the timed
+    batches (each size three times, about a 65-row batch's price at short context)."""
+    per_token = cal.t1 * cal.ratios[-1] / cal.sizes[-1]
+    fill = 2 * max(points) * per_token
+    timed = len(points) * 3 * sum(CONTEXT_SIZES) * per_token * 2
+    return (fill + timed) / 60
+
+
 def with_contexts(cal: Calibration, target: LanguageModel, context: Sequence[int]) -> Calibration | None:
     """`cal` with its curve measured at this context's points, where the context is long
     and they are not measured yet (None: nothing to add)."""
-    points = context_points(target.n_ctx)
-    if not points or (cal.contexts and max(cal.contexts) >= points[-1]):
+    points = missing_context_points(cal, target.n_ctx)
+    if not points:
         return None
     contexts, ratios, t1s = measure_contexts(target, context, points)
     return replace(cal, contexts=contexts, context_ratios=ratios, context_t1=t1s)

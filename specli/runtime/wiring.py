@@ -79,6 +79,9 @@ class Runtime:
     # one-shot runs and for bench, whose generations are measured each from a cold start
     learn_across: bool = False
     shared_batches: bool = False  # a server's slot: its batches hold other slots' rows too
+    # a server starts at once: batch costs at long context not measured yet are priced from
+    # the short-context table and corrected from the requests served (`specli calibrate --ctx`)
+    defer_context_costs: bool = False
     _calibration: Calibration | None = field(default=None, repr=False)
     _costs: dict[str, CostModel] = field(default_factory=dict, repr=False)  # per verify mode
     _history: HistoryStore | None = field(default=None, repr=False)
@@ -198,6 +201,10 @@ class Runtime:
                 parts += ["drpc=" + ",".join(s.draft_rpc)]
         return "|".join(parts)
 
+    def calibration_stored(self) -> bool:
+        """Whether this machine's costs for this pair are on disk (else the first use measures them)."""
+        return self._calibration is not None or calibration.load(self.calibration_key()) is not None
+
     def calibration(self) -> Calibration:
         """This machine's measured costs and numerics (cached on disk; measured on first use)."""
         if self._calibration is None:
@@ -222,6 +229,14 @@ class Runtime:
     def _with_contexts(self, cal: Calibration) -> Calibration:
         """The calibration with its batch curve measured up to this context's length (once
         per context length, stored): auto prices a batch by its rows and the context."""
+        if self.defer_context_costs:
+            if (points := calibration.missing_context_points(cal, self.target.n_ctx)):
+                minutes = calibration.context_minutes(cal, points)
+                self.notes.append(
+                    f"batch costs at {', '.join(map(str, points))} cached tokens are not measured yet: priced from "
+                    "the short-context table and corrected from the requests served (`specli calibrate --ctx "
+                    f"{self.target.n_ctx}` measures them, about {minutes:.0f} min)")
+            return cal
         context = self.target.tokenize(CALIBRATION_TEXT)
         longer = calibration.with_contexts(cal, self.target, context)
         if longer is None:
