@@ -21,6 +21,10 @@ class UsageError(SpecliError):
     exit_code = 2
 
 
+class TemplateError(UsageError):
+    """The model's chat template refused the messages (its own raise_exception)."""
+
+
 class ModelError(SpecliError):
     """Missing, corrupt or unloadable model file."""
 

@@ -7,8 +7,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import jinja2
+
 from specli.backend.vocab import StreamDetokenizer, Vocab
-from specli.errors import ModelError
+from specli.errors import ModelError, TemplateError
 
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private-use characters around message indices
 _MARK_RE = re.compile(f"{_MARK_OPEN}(\\d+){_MARK_CLOSE}")
@@ -54,7 +56,11 @@ class ModelText:
         eos = self.vocab.token_text(info.eos).decode("utf-8", "replace") if info.eos >= 0 else ""
         fmt = Jinja2ChatFormatter(self.chat_template, eos_token=eos, bos_token=bos,
                                   add_generation_prompt=add_generation_prompt)
-        return fmt(messages=list(messages), tools=list(tools) or None).prompt  # type: ignore[arg-type]
+        try:
+            return fmt(messages=list(messages), tools=list(tools) or None).prompt  # type: ignore[arg-type]
+        except jinja2.TemplateError as e:
+            raise TemplateError(f"the model's chat template refused these messages: {e}",
+                                "send the roles in the order the model's template expects") from None
 
     def chat_tokens(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
                     tools: Sequence[dict[str, Any]] = ()) -> list[int]:

@@ -271,8 +271,8 @@ def rpc_server(
     raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
 
 
-@app.command(help="Serve the pair over the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions; "
-                  "GET /v1/models, /health, /metrics), --parallel requests at once in one batch per step, "
+@app.command(help="Serve the pair over the OpenAI and Anthropic HTTP APIs (POST /v1/chat/completions, "
+                  "/v1/completions, /v1/messages, /v1/messages/count_tokens; GET /v1/models, /health, /metrics), --parallel requests at once in one batch per step, "
                   "drafting from everything served before. Exit codes: 130 Ctrl-C, 143 SIGTERM (the running "
                   "generations end at their next step, the history is saved), others as for every command.")
 @guarded
@@ -283,7 +283,7 @@ def serve(
                                            "the model to the network: set an API key.")] = serve_defaults.DEFAULT_HOST,
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = serve_defaults.DEFAULT_PORT,
     api_key: Annotated[str | None, typer.Option(envvar="SPECLI_API_KEY", show_default=False,
-                                                help="Require this key (Authorization: Bearer KEY) on every "
+                                                help="Require this key (Authorization: Bearer KEY, or x-api-key) on every "
                                                      "route but /health and /v1/models.")] = None,
     parallel: Annotated[int | None, typer.Option(
         help="Requests generated at once (slots), their steps in one batch. Default: 4, as llama-server's "
@@ -307,10 +307,16 @@ def serve(
              "whichever is less.", min=0, show_default=False)] = None,
     prompt_cache_disk: Annotated[bool, typer.Option(
         "--prompt-cache-disk/--no-prompt-cache-disk", help="Keep saved conversations on disk too.")] = True,
+    alias: Annotated[list[str] | None, typer.Option(
+        help="Another name for the model, listed by GET /v1/models (repeatable). Requests may name any model "
+             "unless --strict-model.", show_default=False)] = None,
+    strict_model: Annotated[bool, typer.Option(
+        help="Answer 404 to a request naming a model other than the served one or an --alias (by default "
+             "any name is this model, as llama-server does: agents name models of their own).")] = False,
     *,
     overrides: dict[str, Any],
 ) -> None:
-    """Serve the pair over the OpenAI HTTP API."""
+    """Serve the pair over the OpenAI and Anthropic HTTP APIs."""
     from specli.runtime.prompt_cache import CacheOptions
     from specli.serve.server import ServeOptions, run_serve
 
@@ -323,7 +329,8 @@ def serve(
                          "drop --parallel, or --exact")
     slots = parallel or (1 if exact else serve_defaults.DEFAULT_PARALLEL)
     opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate,
-                        None if cache_ram == 0 and not prompt_cache_disk else cache, slots)
+                        None if cache_ram == 0 and not prompt_cache_disk else cache, slots,
+                        tuple(dict.fromkeys(alias or ())), strict_model)
     raise typer.Exit(run_serve(s, opts, err_console()))
 
 

@@ -12,6 +12,7 @@ class StopStrings:
         self.stops = [s for s in stops if s]
         self._pending = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def push(self, delta: str) -> str:
         if not self.stops or self.stopped:
@@ -21,7 +22,8 @@ class StopStrings:
         if hits:
             self.stopped = True
             self._pending = ""
-            return text[: min(i for i, _ in hits)]
+            at, self.matched = min(hits)
+            return text[:at]
         hold = self._longest_partial(text)
         self._pending = text[len(text) - hold :] if hold else ""
         return text[: len(text) - hold]

@@ -32,6 +32,7 @@ class StepEvent:
     finish_reason: FinishReason | None = None
     stop_token: int | None = None  # the end-of-generation token, when one ended it
     logprobs: list[TokenLogprob] | None = None  # of `tokens`, where asked
+    stop_string: str | None = None  # the stop string that ended the generation, if one did
 
 
 class _Segments:
@@ -86,7 +87,7 @@ def stream_text(target: LanguageModel, steps: Iterator[Step], stop: Sequence[str
         t_text += clock() - t0
         step.counters.t_text = t_text  # this step's own snapshot: the text layer's share of t_outside
         yield StepEvent(tokens, safe, shown, [True] * n + [False] * (len(tokens) - n), step.n_drafted, n,
-                        step.drafter, step.counters, reason, step.stop_token, step.logprobs)
+                        step.drafter, step.counters, reason, step.stop_token, step.logprobs, stops.matched)
         if reason is not None:
             return
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from starlette.applications import Starlette
@@ -24,12 +24,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from specli.serve import DEFAULT_MAX_BODY_MIB, errors, responses
+from specli.serve import DEFAULT_MAX_BODY_MIB, errors, messages, responses
 from specli.serve.errors import ApiError
+from specli.serve.messages_request import parse_messages
 from specli.serve.metrics import ServerMetrics
-from specli.serve.requests import Request, parse_body, parse_request
+from specli.serve.openai_chat import CHAT, COMPLETIONS
+from specli.serve.protocol import ErrorReply, Protocol, openai_error
+from specli.serve.requests import parse_body
 from specli.serve.responses import Ids, Outcome
-from specli.serve.worker import Delta, Job, Pushed, Worker, request_tokens
+from specli.serve.worker import Job, Pushed, Worker, request_tokens
 
 # a body up to this many times the cap is read to its end before the 413: a server that
 # answers mid-upload resets the connection before the client can read the answer
@@ -39,7 +42,9 @@ DRAIN_FACTOR = 8
 @dataclass
 class AppConfig:
     model_id: str
-    aliases: frozenset[str] = frozenset()
+    aliases: frozenset[str] = frozenset()  # other names of the model's file, accepted as it
+    listed: tuple[str, ...] = ()  # --alias: names /v1/models lists besides model_id
+    strict_model: bool = False  # a request naming another model gets 404 (else any name is this model)
     api_key: str | None = None
     max_body: int = int(DEFAULT_MAX_BODY_MIB * 2**20)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -58,7 +63,8 @@ class Served:
 
 def create_app(worker: Worker, stats: ServerMetrics, config: AppConfig) -> Starlette:
     app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS)
-    app.state.served = Served(worker, stats, config, frozenset({config.model_id, *config.aliases}))
+    names = frozenset({config.model_id, *config.aliases, *config.listed})
+    app.state.served = Served(worker, stats, config, names)
     return app
 
 
@@ -72,18 +78,38 @@ def _served(request: HttpRequest) -> Served:
 
 async def chat(request: HttpRequest) -> Response:
     """POST /v1/chat/completions"""
-    return await _generation(request, "chat")
+    return await _generation(request, CHAT)
 
 
 async def completions(request: HttpRequest) -> Response:
     """POST /v1/completions"""
-    return await _generation(request, "completion")
+    return await _generation(request, COMPLETIONS)
+
+
+async def anthropic_messages(request: HttpRequest) -> Response:
+    """POST /v1/messages (Anthropic Messages)"""
+    return await _generation(request, messages.MESSAGES)
+
+
+async def count_tokens(request: HttpRequest) -> Response:
+    """POST /v1/messages/count_tokens: the prompt's tokens as the Messages route renders it."""
+    served = _served(request)
+    authorize(request, served.config.api_key)
+    req = parse_messages(await read_json(request, served.config.max_body), count_only=True)
+    _check_model(served, req.model)
+    rt = served.worker.ready_runtime()
+    prompt = await anyio.to_thread.run_sync(request_tokens, rt, req, served.worker.settings)
+    return JSONResponse(messages.count_tokens_reply(len(prompt)))
 
 
 async def models(request: HttpRequest) -> Response:
-    """GET /v1/models: the one model served."""
+    """GET /v1/models: the one model served, under its id and any --alias; in Anthropic's
+    shape when asked with an anthropic-version header."""
     config = _served(request).config
-    return JSONResponse(responses.models_list(config.model_id, config.created))
+    names = [config.model_id, *config.listed]
+    if "anthropic-version" in request.headers:
+        return JSONResponse(messages.models_list(names, config.created))
+    return JSONResponse(responses.models_list(names, config.created))
 
 
 async def health(request: HttpRequest) -> Response:
@@ -111,21 +137,22 @@ async def prometheus(request: HttpRequest) -> Response:
 ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/messages", anthropic_messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
 ]
 
 
-async def _generation(request: HttpRequest, kind: Literal["chat", "completion"]) -> Response:
-    """A chat or completion request checked, queued as a job, and answered as one JSON
-    object or as server-sent events."""
+async def _generation(request: HttpRequest, proto: Protocol) -> Response:
+    """A request in `proto`'s shape checked, queued as a job, and answered as one JSON
+    object or as that protocol's server-sent events."""
     served = _served(request)
     worker, config = served.worker, served.config
     authorize(request, config.api_key)
-    req = parse_request(await read_json(request, config.max_body), kind)
-    if req.model is not None and req.model not in served.names:
-        raise errors.unknown_model(req.model, config.model_id)
+    req = proto.parse(await read_json(request, config.max_body))
+    _check_model(served, req.model)
     rt = worker.ready_runtime()
     prompt = await anyio.to_thread.run_sync(request_tokens, rt, req, worker.settings)
     loop = asyncio.get_running_loop()
@@ -136,23 +163,31 @@ async def _generation(request: HttpRequest, kind: Literal["chat", "completion"])
 
     job = worker.new_job(req, prompt, push)
     worker.submit(job)
-    ids = Ids(("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24], int(time.time()),
-              config.model_id, config.fingerprint)
+    # the name the client asked for: agents name models this server never heard of
+    ids = Ids(proto.id_prefix + uuid.uuid4().hex[:24], int(time.time()), req.model or config.model_id,
+              config.fingerprint, len(prompt))
     if req.stream:
-        return EventStream(worker, job, lambda: _events(ids, req, queue))
+        return EventStream(worker, job, lambda: proto.events(ids, req, queue))
     outcome = await _until_done(request, worker, job, queue)
-    build = responses.chat_response if kind == "chat" else responses.completion_response
-    return JSONResponse(build(ids, outcome))
+    return JSONResponse(proto.whole(ids, req, outcome))
+
+
+def _check_model(served: Served, model: str | None) -> None:
+    """With --strict-model, 404 for a name this server does not answer to."""
+    if served.config.strict_model and model is not None and model not in served.names:
+        raise errors.unknown_model(model, served.config.model_id)
 
 
 def authorize(request: HttpRequest, api_key: str | None) -> None:
-    """401 unless the request carries `api_key` as its bearer token (any request passes
-    when the server has no key)."""
+    """401 unless the request carries `api_key` as its bearer token or its x-api-key
+    header (Anthropic's); any request passes when the server has no key."""
     if api_key is None:
         return
     given = request.headers.get("authorization", "")
     scheme, _, token = given.partition(" ")
-    if not given:
+    if not given and "x-api-key" in request.headers:
+        scheme, token = "bearer", request.headers["x-api-key"]
+    elif not given:
         raise errors.no_api_key()
     # digests of equal length: the comparison takes the same time whatever the key given
     ok = hmac.compare_digest(hashlib.sha256(token.strip().encode()).digest(), hashlib.sha256(api_key.encode()).digest())
@@ -183,23 +218,29 @@ async def read_json(request: HttpRequest, cap: int) -> dict[str, Any]:
 # -- errors -------------------------------------------------------------------------
 
 
-def error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers=e.headers())
+def error_response(e: ApiError, path: str = "") -> JSONResponse:
+    reply = error_shape(path)(e)
+    return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+
+
+def error_shape(path: str) -> Callable[[ApiError], ErrorReply]:
+    """The shape of errors on `path`: Anthropic's under /v1/messages, else OpenAI's."""
+    return messages.error if path.startswith("/v1/messages") else openai_error
 
 
 async def on_api_error(request: HttpRequest, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc)
+    return error_response(exc, request.url.path)
 
 
 async def on_http_error(request: HttpRequest, exc: Exception) -> Response:
     """The router's 404 and 405 in the API's shape."""
     assert isinstance(exc, HTTPException)
-    return error_response(errors.routing(exc.status_code, request.method, request.url.path))
+    return error_response(errors.routing(exc.status_code, request.method, request.url.path), request.url.path)
 
 
 async def on_error(request: HttpRequest, exc: Exception) -> Response:
-    return error_response(errors.internal(exc))
+    return error_response(errors.internal(exc), request.url.path)
 
 
 EXCEPTION_HANDLERS = {ApiError: on_api_error, HTTPException: on_http_error, Exception: on_error}
@@ -230,34 +271,6 @@ async def _until_done(request: HttpRequest, worker: Worker, job: Job, queue: asy
     if isinstance(last, Outcome):
         return last
     raise last if isinstance(last, ApiError) else errors.client_gone()
-
-
-async def _events(ids: Ids, req: Request, queue: asyncio.Queue[Pushed]) -> AsyncIterator[bytes]:
-    """The job's pushes as OpenAI chunks: text deltas (the first with the role), a last
-    chunk with the finish reason and figures, the usage chunk if asked, then [DONE]. An
-    error after the stream began is an `error` event."""
-    first = True
-    offset = 0  # of the text so far: the completions API's logprobs text_offset
-    while True:
-        item = await queue.get()
-        if isinstance(item, ApiError):
-            yield responses.sse(item.body())
-            break
-        if isinstance(item, Delta):
-            text = item.text if item.text or not item.calls else None
-            logprobs = responses.logprobs_object(req.kind, item.logprobs, offset)
-            yield responses.sse(responses.chunk(ids, req.kind, text, first=first, include_usage=req.include_usage,
-                                                calls=item.calls, logprobs=logprobs))
-            offset += len(item.text)
-            first = False
-            continue
-        if first and req.kind == "chat":
-            yield responses.sse(responses.chunk(ids, req.kind, "", first=True, include_usage=req.include_usage))
-        yield responses.sse(responses.chunk(ids, req.kind, None, out=item, include_usage=req.include_usage))
-        if req.include_usage:
-            yield responses.sse(responses.usage_chunk(ids, req.kind, item))
-        break
-    yield responses.SSE_DONE
 
 
 class EventStream(Response):

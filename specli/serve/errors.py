@@ -82,7 +82,7 @@ def prompt_too_long(n_prompt: int, n_ctx: int, param: str) -> ApiError:
 
 
 def no_api_key() -> ApiError:
-    return ApiError(AUTHENTICATION, "no API key given: send the header Authorization: Bearer KEY", None,
+    return ApiError(AUTHENTICATION, "no API key given: send the header Authorization: Bearer KEY (or x-api-key: KEY)", None,
                     "missing_api_key")
 
 

@@ -55,6 +55,8 @@ class Request:
     stream: bool = False
     include_usage: bool = False
     structure: Structure | None = None  # response_format, tools, tool_choice
+    endpoint: str = ""  # the route's name in logs and /metrics (default: kind)
+    reasoning: bool = False  # a leading <think>...</think> of the answer is reasoning, apart from the text
 
 
 # parameters specli cannot honour: accepted only at the value that asks for nothing
@@ -90,7 +92,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     except (ValueError, RecursionError) as e:
         raise invalid(None, f"the request body is not valid JSON ({e})", "invalid_json") from None
     if not isinstance(body, dict):
-        raise invalid(None, f"the request body must be a JSON object, got {_kind(body)}", "invalid_json")
+        raise invalid(None, f"the request body must be a JSON object, got {kind_of(body)}", "invalid_json")
     if (where := _lone_surrogate(body, "")) is not None:
         raise invalid(where or None, f"{where or 'a key'} holds a lone UTF-16 surrogate (\\ud800-\\udfff escape "
                                      "without its pair), which is not text", "invalid_encoding")
@@ -120,7 +122,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
             type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
@@ -140,11 +142,11 @@ def parse_request(body: dict[str, Any], kind: Literal["chat", "completion"]) -> 
     include_usage = False
     if (so := body.get("stream_options")) is not None:
         if not isinstance(so, dict):
-            raise invalid("stream_options", f"stream_options must be an object, got {_kind(so)}", "invalid_type")
+            raise invalid("stream_options", f"stream_options must be an object, got {kind_of(so)}", "invalid_type")
         if not stream:
             raise invalid("stream_options", "stream_options is only allowed with stream: true")
         include_usage = _opt_bool(so, "include_usage", "stream_options.include_usage") or False
-    options = _options(body, kind)
+    options = parse_options(body, kind)
     if kind == "chat":
         return Request(kind, model, options, messages=_messages(body.get("messages")), stream=stream,
                        include_usage=include_usage, structure=parse_structure(body))
@@ -157,7 +159,7 @@ def _same(a: Any, b: Any) -> bool:
                                              and isinstance(b, (int, float)) and a == b)
 
 
-def _options(body: dict[str, Any], kind: str) -> Options:
+def parse_options(body: dict[str, Any], kind: str) -> Options:
     max_tokens = _opt_int(body, "max_tokens")
     if kind == "chat" and body.get("max_completion_tokens") is not None:
         max_tokens = _opt_int(body, "max_completion_tokens")
@@ -181,7 +183,7 @@ def _options(body: dict[str, Any], kind: str) -> Options:
     if seed is not None and not 0 <= seed < 2**63:
         raise invalid("seed", f"seed must be a non-negative 64-bit integer, got {seed}")
     spec = _specli(body.get("specli"))
-    return Options(max_tokens, temperature, top_p, top_k, min_p, seed, _stop(body.get("stop")), **spec,
+    return Options(max_tokens, temperature, top_p, top_k, min_p, seed, parse_stop(body.get("stop")), **spec,
                    prediction=_prediction(body.get("prediction")), logprobs=_logprobs(body, kind),
                    logit_bias=_logit_bias(body.get("logit_bias")), presence_penalty=_penalty(body, "presence_penalty"),
                    frequency_penalty=_penalty(body, "frequency_penalty"))
@@ -217,7 +219,7 @@ def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
-        raise invalid("logit_bias", f"logit_bias must be an object of token ids to numbers, got {_kind(value)}",
+        raise invalid("logit_bias", f"logit_bias must be an object of token ids to numbers, got {kind_of(value)}",
                       "invalid_type")
     out = []
     for key, v in value.items():
@@ -243,7 +245,7 @@ def _specli(value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise invalid("specli", f"specli must be an object, got {_kind(value)}", "invalid_type")
+        raise invalid("specli", f"specli must be an object, got {kind_of(value)}", "invalid_type")
     out: dict[str, Any] = {}
     for key, v in value.items():
         param = f"specli.{key}"
@@ -261,14 +263,14 @@ def _specli(value: Any) -> dict[str, Any]:
     return out
 
 
-def _stop(value: Any) -> tuple[str, ...]:
+def parse_stop(value: Any, param: str = "stop") -> tuple[str, ...]:
     if value is None:
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise invalid("stop", f"stop must be a string or an array of strings, got {_kind(value)}", "invalid_type")
+        raise invalid(param, f"{param} must be a string or an array of strings, got {kind_of(value)}", "invalid_type")
     if len(items) > MAX_STOP:
-        raise invalid("stop", f"stop has {len(items)} strings; at most {MAX_STOP} are allowed")
+        raise invalid(param, f"{param} has {len(items)} strings; at most {MAX_STOP} are allowed")
     return tuple(s for s in items if s)
 
 
@@ -288,14 +290,14 @@ def _content(value: Any, where: str) -> str:
                 raise invalid(f"{where}[{i}].text", f"{where}[{i}].text must be a string", "invalid_type")
             parts.append(part["text"])
         return "".join(parts)
-    raise invalid(where, f"{where} must be a string or an array of text parts, got {_kind(value)}", "invalid_type")
+    raise invalid(where, f"{where} must be a string or an array of text parts, got {kind_of(value)}", "invalid_type")
 
 
 def _messages(value: Any) -> tuple[dict[str, Any], ...]:
     if value is None:
         raise invalid("messages", "messages is required", "missing_required_parameter")
     if not isinstance(value, list):
-        raise invalid("messages", f"messages must be an array, got {_kind(value)}", "invalid_type")
+        raise invalid("messages", f"messages must be an array, got {kind_of(value)}", "invalid_type")
     if not value:
         raise invalid("messages", "messages must hold at least one message")
     if len(value) > MAX_MESSAGES:
@@ -304,7 +306,7 @@ def _messages(value: Any) -> tuple[dict[str, Any], ...]:
     for i, m in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
-            raise invalid(where, f"{where} must be an object, got {_kind(m)}", "invalid_type")
+            raise invalid(where, f"{where} must be an object, got {kind_of(m)}", "invalid_type")
         role = m.get("role")
         if role == "function" or m.get("function_call"):
             raise invalid(f"{where}.role", f"{where}: function messages (the deprecated functions API) are not "
@@ -351,7 +353,7 @@ def _prompt(value: Any) -> str:
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
         value = value[0]
     if not isinstance(value, str):
-        raise invalid("prompt", f"prompt must be a string (one prompt per request), got {_kind(value)}", "invalid_type")
+        raise invalid("prompt", f"prompt must be a string (one prompt per request), got {kind_of(value)}", "invalid_type")
     if not value:
         raise invalid("prompt", "prompt is empty")
     return value
@@ -360,14 +362,14 @@ def _prompt(value: Any) -> str:
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
     v = body.get(key)
     if v is not None and not isinstance(v, str):
-        raise invalid(key, f"{key} must be a string, got {_kind(v)}", "invalid_type")
+        raise invalid(key, f"{key} must be a string, got {kind_of(v)}", "invalid_type")
     return v
 
 
 def _opt_bool(body: dict[str, Any], key: str, param: str | None = None) -> bool | None:
     v = body.get(key)
     if v is not None and not isinstance(v, bool):
-        raise invalid(param or key, f"{param or key} must be true or false, got {_kind(v)}", "invalid_type")
+        raise invalid(param or key, f"{param or key} must be true or false, got {kind_of(v)}", "invalid_type")
     return v
 
 
@@ -376,7 +378,7 @@ def _opt_int(body: dict[str, Any], key: str) -> int | None:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-        raise invalid(key, f"{key} must be an integer, got {_kind(v)}", "invalid_type")
+        raise invalid(key, f"{key} must be an integer, got {kind_of(v)}", "invalid_type")
     return v
 
 
@@ -385,5 +387,27 @@ def _opt_num(body: dict[str, Any], key: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise invalid(key, f"{key} must be a number, got {_kind(v)}", "invalid_type")
+        raise invalid(key, f"{key} must be a number, got {kind_of(v)}", "invalid_type")
     return float(v)
+
+
+def fold_system(messages: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    """The messages with every system message but a leading one folded into the next
+    user message (else the one before, else the leading system message): for chat
+    templates that refuse a system message anywhere but first."""
+    out = [dict(m) for m in messages]
+    keep = [i == 0 or m["role"] != "system" for i, m in enumerate(out)]
+    for i, m in enumerate(out):
+        if keep[i]:
+            continue
+        users = [j for j in range(i + 1, len(out)) if out[j]["role"] == "user"][:1] or \
+            [j for j in range(i - 1, -1, -1) if out[j]["role"] == "user"][:1]
+        if users:
+            j = users[0]
+            joined = (m["content"], out[j]["content"]) if j > i else (out[j]["content"], m["content"])
+            out[j]["content"] = "\n\n".join(p for p in joined if p)
+        elif out[0]["role"] == "system":
+            out[0]["content"] = "\n\n".join(p for p in (out[0]["content"], m["content"]) if p)
+        else:
+            keep[i] = True  # nowhere else to go: the template decides
+    return tuple(m for m, k in zip(out, keep) if k)

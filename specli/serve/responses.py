@@ -31,6 +31,7 @@ class Outcome:
     tool_calls: list[ToolCall] = field(default_factory=list)
     cache: CacheUse | None = None
     logprobs: list[dict[str, Any]] | None = None  # chat-shaped entries (logprob_entries), where asked
+    stop_string: str | None = None  # the stop string that ended it, if one did
 
 
 def logprob_entries(lps: Sequence[TokenLogprob], piece: Callable[[int], bytes]) -> list[dict[str, Any]]:
@@ -107,6 +108,7 @@ class Ids:
     created: int
     model: str
     fingerprint: str
+    n_prompt: int = 0  # the prompt's tokens
 
 
 def chat_response(ids: Ids, out: Outcome) -> dict[str, Any]:
@@ -171,8 +173,9 @@ def usage_chunk(ids: Ids, kind: str, out: Outcome) -> dict[str, Any]:
             "usage": usage(out.counters)}
 
 
-def models_list(model: str, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "specli"}]}
+def models_list(names: Sequence[str], created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": "specli"}
+                                       for n in names]}
 
 
 def sse(obj: Any) -> bytes:

@@ -47,6 +47,8 @@ class ServeOptions:
     recalibrate: bool = False
     cache: CacheOptions | None = CacheOptions()  # None: no prompt cache
     parallel: int = 1  # slots
+    aliases: tuple[str, ...] = ()  # --alias
+    strict_model: bool = False
 
 
 def is_local(host: str) -> bool:
@@ -108,7 +110,7 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
 
     def ready(rt: Runtime) -> None:
         for note in rt.notes:
-            console.print(f"note: {note}", markup=False, highlight=False)
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
         draft = f" + draft {rt.draft.name}" if rt.draft is not None else ""
         console.print(f"specli serve: {url} (model {model_id!r}: {rt.target.name}{draft}; drafter {s.drafter}, "
                       f"{o.parallel} slots, queue {o.queue}{', API key required' if o.api_key else ''}); Ctrl-C stops it",
@@ -122,8 +124,11 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
                     cache=o.cache,
                     on_record=record,
                     on_progress=dash.progress if dash is not None else (lambda job, c: None),
-                    on_ready=ready, on_failed=failed)
-    app = create_app(worker, stats, AppConfig(model_id, aliases, o.api_key, o.max_body))
+                    on_ready=ready, on_failed=failed,
+                    on_stage=lambda text: console.print(f"specli serve: {text}", markup=False, highlight=False,
+                                                       soft_wrap=True))
+    app = create_app(worker, stats, AppConfig(model_id, aliases, listed=o.aliases, strict_model=o.strict_model,
+                                              api_key=o.api_key, max_body=o.max_body))
     config = uvicorn.Config(app, host=o.host, port=o.port, log_level="error", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=2, timeout_keep_alive=5, server_header=False)
     server = _Server(config, on_signal=lambda sig: worker.stop())

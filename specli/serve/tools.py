@@ -75,12 +75,16 @@ def _response_format(value: Any) -> Grammar | None:
         raise invalid("response_format.json_schema", "response_format.json_schema must be an object with a schema "
                                                      "object", "invalid_type")
     schema = spec.get("schema", {})
-    if spec.get("strict"):  # OpenAI's strict mode: no property beyond those listed
-        schema = _strict(schema)
+    return schema_grammar(schema, "response_format.json_schema.schema", bool(spec.get("strict")))
+
+
+def schema_grammar(schema: dict[str, Any], where: str, strict: bool = False) -> Grammar:
+    """The grammar of a JSON schema (`strict`: OpenAI's strict mode, no property beyond
+    those listed); a 400 naming `where` if the grammar engine cannot compile it."""
     try:
-        return compile_grammar("json_schema", json.dumps(schema))
+        return compile_grammar("json_schema", json.dumps(_strict(schema) if strict else schema))
     except Exception as e:  # a UsageError: its message names the problem
-        raise invalid("response_format.json_schema.schema", getattr(e, "message", str(e))) from None
+        raise invalid(where, getattr(e, "message", str(e))) from None
 
 
 def _strict(schema: Any) -> Any:
@@ -107,22 +111,27 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...]:
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
             raise invalid(where, f'{where} must be {{"type": "function", "function": {{...}}}}', "invalid_type")
         fn = tool["function"]
-        name = fn.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
-            raise invalid(f"{where}.function.name", f"{where}.function.name must be 1-64 letters, digits, _ . or -")
-        if name in seen:
-            raise invalid(f"{where}.function.name", f"two tools are named {name!r}")
-        seen.add(name)
         params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
-            raise invalid(f"{where}.function.parameters", f"{where}.function.parameters must be a JSON schema object",
-                          "invalid_type")
-        try:
-            compile_grammar("json_schema", json.dumps(params))
-        except Exception as e:
-            raise invalid(f"{where}.function.parameters", getattr(e, "message", str(e))) from None
-        out.append({"type": "function", "function": {**fn, "parameters": params}})
+        out.append(function_tool(fn, params, seen, f"{where}.function.name", f"{where}.function.parameters"))
     return tuple(out)
+
+
+def function_tool(fn: dict[str, Any], params: Any, seen: set[str], name_at: str, params_at: str) -> dict[str, Any]:
+    """One function tool checked (its name new in `seen`, its parameters a schema the
+    grammar engine compiles), as chat templates read it; `*_at` name the fields in 400s."""
+    name = fn.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name):
+        raise invalid(name_at, f"{name_at} must be 1-128 letters, digits, _ . or -")
+    if name in seen:
+        raise invalid(name_at, f"two tools are named {name!r}")
+    seen.add(name)
+    if not isinstance(params, dict):
+        raise invalid(params_at, f"{params_at} must be a JSON schema object", "invalid_type")
+    try:
+        compile_grammar("json_schema", json.dumps(params))
+    except Exception as e:
+        raise invalid(params_at, getattr(e, "message", str(e))) from None
+    return {"type": "function", "function": {**fn, "parameters": params}}
 
 
 def _tool_choice(value: Any, tools: Sequence[dict[str, Any]]) -> str:

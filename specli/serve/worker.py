@@ -23,14 +23,14 @@ from typing import Any, Literal
 from specli.engine import FINISH_STOP, generate, metrics
 from specli.engine.adjust import Adjust
 from specli.engine.grammar import Constraint, Grammar, tokenizer_for
-from specli.errors import SpecliError, UsageError
+from specli.errors import SpecliError, TemplateError, UsageError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime, prompting
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots
 from specli.serve import errors
 from specli.serve.errors import ApiError, invalid
-from specli.serve.requests import Request
+from specli.serve.requests import Request, fold_system
 from specli.serve.responses import OpenAIFinish, Outcome, logprob_entries
 from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls, tool_grammar
 
@@ -91,7 +91,8 @@ class Worker:
                  on_record: Callable[[RequestRecord], None] = lambda r: None,
                  on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
                  on_ready: Callable[[Runtime], None] = lambda rt: None,
-                 on_failed: Callable[[BaseException], None] = lambda e: None) -> None:
+                 on_failed: Callable[[BaseException], None] = lambda e: None,
+                 on_stage: Callable[[str], None] = lambda text: None) -> None:
         self.settings = settings
         self.queue_max = queue_max
         self.recalibrate = recalibrate
@@ -99,7 +100,7 @@ class Worker:
         self.cache_options = cache
         self.cache: PromptCache | None = None  # opened with the runtime
         self.on_record, self.on_progress = on_record, on_progress
-        self.on_ready, self.on_failed = on_ready, on_failed
+        self.on_ready, self.on_failed, self.on_stage = on_ready, on_failed, on_stage
         self.state: State = "loading"
         self.error: BaseException | None = None
         self.rt: Runtime | None = None
@@ -200,6 +201,12 @@ class Worker:
         try:
             self.rt = open_runtime(self.settings, recalibrate=self.recalibrate, n_seq=self.parallel)
             self.rt.learn_across = True  # each request starts from what the earlier ones showed
+            self.rt.defer_context_costs = True  # ready in seconds at any context: see Runtime
+            if self.settings.drafter == "auto" and (self.recalibrate or not self.rt.calibration_stored()):
+                self.on_stage("measuring this machine's costs for this pair (once per model, build and threads; "
+                              "a minute or two on a small CPU)")
+                self.rt.calibration()
+            self.on_stage("warming up")
             self._warm_up(self.rt)
             if self.cache_options is not None:
                 self.cache = open_prompt_cache(self.rt.target, self.rt.draft, self.cache_options)
@@ -297,7 +304,7 @@ class Worker:
             self._mean_s = 0.8 * self._mean_s + 0.2 * (t_end - job.t_start)
             if finish == "cancelled":
                 status = errors.CLIENT_GONE.status
-            self.on_record(RequestRecord(job.id, job.request.kind, status, counters, finish,
+            self.on_record(RequestRecord(job.id, job.request.endpoint or job.request.kind, status, counters, finish,
                                          job.t_start - job.t_arrival, t_end - job.t_arrival, error, use))
             with self._cond:
                 slot.job = None
@@ -316,13 +323,14 @@ class Worker:
         parts: list[str] = []
         tokens: list[int] = []
         finish: str | None = None
+        stop_string: str | None = None
         structure = job.request.structure
         calls = CallStream(structure.names) if structure is not None and structure.calls_tools else None
         constraint = Constraint(job.grammar, rt.target.vocab) if job.grammar is not None else None
         events = generate(rt.target, job.prompt, config, drafter, constraint=constraint)
         try:
             for ev in events:
-                counters, finish = ev.counters, ev.finish_reason
+                counters, finish, stop_string = ev.counters, ev.finish_reason, ev.stop_string
                 tokens.extend(ev.tokens)
                 if lps is not None and ev.logprobs:
                     pending += logprob_entries(ev.logprobs, rt.target.vocab.piece)
@@ -354,7 +362,7 @@ class Worker:
             found[:len(calls.calls)] = calls.calls  # the ids already streamed
         reason: OpenAIFinish = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
         job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
-                         lps + pending if lps is not None else None))
+                         lps + pending if lps is not None else None, stop_string))
         return counters, finish
 
 
@@ -379,7 +387,18 @@ def request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
     """The target's tokens for a request: a completion's prompt as text (special-token
     text parsed, as llama-server does), a chat through the same builder as `chat` and
     `generate` (a system message, alternating turns ending with the user's), or any
-    other order of messages through the model's chat template."""
+    other order of messages through the model's chat template; where the template
+    refuses a system message past the first, with it folded into a user turn."""
+    try:
+        return _request_tokens(rt, request, s)
+    except TemplateError as e:
+        folded = fold_system(request.messages)
+        if folded == request.messages:
+            raise invalid("messages", e.one_line()) from None
+        return _request_tokens(rt, replace(request, messages=folded), s)
+
+
+def _request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
     try:
         if request.kind == "completion":
             return rt.target.tokenize(request.prompt, add_special=True, parse_special=True)
@@ -400,5 +419,7 @@ def request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
             raise invalid("messages", "without a chat template, messages must be alternating user and assistant "
                                       "turns that end with the user's (or use /v1/completions)")
         return rt.target.chat_tokens([*([{"role": "system", "content": system}] if system else []), *msgs])
+    except TemplateError:
+        raise
     except UsageError as e:
         raise invalid("messages" if request.kind == "chat" else "prompt", e.one_line()) from None
