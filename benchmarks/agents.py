@@ -1,0 +1,223 @@
+"""Real coding agents against `specli serve` and llama.cpp's `llama-server` with the same
+target, on small repository tasks, both greedy (the agents send no temperature):
+
+    python -m benchmarks.agents --clients claude,opencode --markdown agents.md
+
+Installs pinned Claude Code and opencode from npm into the user cache folder, starts both
+servers, and runs each client on each task through a pass-through proxy that reads what
+the servers answered (benchmarks.agent_proxy). Per client, server and task: done or not
+(the task's own check of the files or the answer), wall time, requests, prompt tokens
+prefilled and read from a cache, decode tok/s, the first answer's time. With --restart
+each server is started again (specli's prompt cache on disk kept) and every task runs
+once more. Connecting each agent by hand: docs/agents.md."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.agent_proxy import Proxy, summarize
+from specli import profiles, registry
+from specli.bench.peers import binaries_dir
+from specli.bench.servers import LlamaServer, Server, SpecliServer
+
+AGENTS = {"claude": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
+          "opencode": ("opencode-ai", "1.18.33", "opencode")}
+MODEL = "local-model"  # the name the agents send; both servers answer any name
+TASK_TIMEOUT_S = 1200
+
+
+def agents_dir() -> Path:
+    """Where the agents and their scratch homes live: specli/agents in the user cache folder."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specli" / "agents"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    prompt: str
+    files: dict[str, str]
+    check: Callable[[Path, str], bool]  # (work dir, the agent's printed answer) -> done
+    small_model_can: bool  # within reach of the 1.5B default target, by its runs
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _add_fixed(work: Path, out: str) -> bool:
+    r = subprocess.run([sys.executable, "-c", "from calc import add; assert add(2, 3) == 5"], cwd=work,
+                       capture_output=True)
+    return r.returncode == 0
+
+
+CALC = "def add(a, b):\n    return a - b\n"
+TASKS = [
+    Task("new-file", "Create a file named hello.txt that contains exactly the text: Hello, world",
+         {"README.md": "A scratch project.\n"},
+         lambda w, out: _read(w / "hello.txt").strip() == "Hello, world", True),
+    Task("read-answer", "What does the function add in calc.py return? Read the file, then answer in one sentence.",
+         {"calc.py": CALC}, lambda w, out: "a - b" in out or "subtract" in out.lower() or "difference" in out.lower(),
+         True),
+    Task("fix-add", "Fix the bug in calc.py: add(a, b) must return the sum.", {"calc.py": CALC}, _add_fixed, False),
+]
+
+
+def install(name: str) -> Path:
+    """The agent's program, installed once from npm under the user cache folder."""
+    package, version, program = AGENTS[name]
+    prefix = agents_dir() / f"{name}-{version}"
+    exe = prefix / "node_modules" / ".bin" / program
+    if not exe.exists():
+        print(f"installing {package}@{version} from npm", file=sys.stderr)
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), f"{package}@{version}"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return exe
+
+
+def agent_command(name: str, exe: Path, task: Task, base: str, home: Path, work: Path, ctx: int
+                  ) -> tuple[list[str], dict[str, str]]:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "TERM": "dumb", "LANG": "C.UTF-8"}
+    if name == "claude":
+        env |= {"ANTHROPIC_BASE_URL": base, "ANTHROPIC_AUTH_TOKEN": "none", "ANTHROPIC_MODEL": MODEL,
+                "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
+                "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(ctx), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1"}
+        return [str(exe), "-p", task.prompt, "--dangerously-skip-permissions", "--max-turns", "12"], env
+    config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
+              "provider": {"bench": {"npm": "@ai-sdk/openai-compatible", "name": "bench",
+                                     "options": {"baseURL": base + "/v1", "apiKey": "none"},
+                                     "models": {MODEL: {"name": MODEL}}}},
+              "model": f"bench/{MODEL}", "permission": {"edit": "allow", "bash": "allow"}}
+    (work / "opencode.json").write_text(json.dumps(config, indent=2))
+    env |= {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1"}
+    return [str(exe), "run", task.prompt, "-m", f"bench/{MODEL}"], env
+
+
+@dataclass
+class Run:
+    client: str
+    server: str
+    task: str
+    phase: str  # first start, or after a restart
+    done: bool
+    exit_code: int
+    wall_s: float
+    figures: dict[str, Any]
+
+
+def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
+    work = Path(tempfile.mkdtemp(prefix=f"agents-{task.name}-"))
+    home = agents_dir() / f"home-{name}"  # kept: opencode installs its plugin there once
+    home.mkdir(parents=True, exist_ok=True)
+    for rel, text in task.files.items():
+        (work / rel).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qam", "start", "--allow-empty"],
+                   cwd=work, check=False, capture_output=True)
+    subprocess.run(["git", "add", "-A"], cwd=work, check=False)
+    argv, env = agent_command(name, exe, task, proxy.base, home, work, ctx)
+    proxy.take()
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=TASK_TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)
+        code, out = r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        code, out = 124, str(e.stdout or "")
+    wall = time.perf_counter() - t0
+    done = task.check(work, out)
+    shutil.rmtree(work, ignore_errors=True)
+    return Run(name, server, task.name, phase, done, code, wall, summarize(proxy.take()))
+
+
+def start(server: str, args: argparse.Namespace, cache: str) -> Server:
+    s = profiles.resolve_settings(args.profile)
+    if server == "specli":
+        srv: Server = SpecliServer(["--profile", args.profile, "--ctx", str(args.ctx), "--threads", str(args.threads)],
+                                   env={"SPECLI_PROMPT_CACHE_DIR": cache})
+    else:
+        target = registry.resolve(s.target)
+        srv = LlamaServer(binaries_dir(args.llama_version), args.spec_type, target, None, args.threads, args.ctx,
+                          slots=None)
+    srv.wait_ready(1800)
+    return srv
+
+
+def run(args: argparse.Namespace) -> list[Run]:
+    clients = [c for c in args.clients.split(",") if c]
+    tasks = [t for t in TASKS if t.name in args.tasks.split(",")] if args.tasks else TASKS
+    exes = {c: install(c) for c in clients}
+    runs: list[Run] = []
+    cache = tempfile.mkdtemp(prefix="specli-agents-cache-")
+    phases = ["first start", "restarted"] if args.restart else ["first start"]
+    for server in args.servers.split(","):
+        for phase in phases:
+            srv = start(server, args, cache)
+            proxy = Proxy(srv.base)
+            try:
+                for client in clients:
+                    for task in tasks:
+                        r = run_task(client, exes[client], task, proxy, server, phase, args.ctx)
+                        runs.append(r)
+                        f = r.figures
+                        print(f"{client:9} {server:12} {phase:11} {task.name:12} done={r.done!s:5} rc={r.exit_code:3} "
+                              f"{r.wall_s:7.1f} s req {f['requests']:2} prompt {f['prompt_tokens']:6} cached "
+                              f"{f['cached_tokens']:6} decode {f['decode_tps']:5.1f} tok/s first "
+                              f"{f['first_wall_s'] or 0:6.1f} s", file=sys.stderr, flush=True)
+            finally:
+                proxy.close()
+                srv.stop()
+    shutil.rmtree(cache, ignore_errors=True)
+    return runs
+
+
+def markdown(runs: list[Run]) -> str:
+    lines = ["| client | server | phase | task | done | wall s | requests | prompt tokens | cached | prefilled | "
+             "decode tok/s | first answer s |", "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        f = r.figures
+        lines.append(f"| {r.client} | {r.server} | {r.phase} | {r.task} | {'yes' if r.done else 'no'} | "
+                     f"{r.wall_s:.1f} | {f['requests']} | {f['prompt_tokens']} | {f['cached_tokens']} | "
+                     f"{f['prefilled_tokens']} | {f['decode_tps']:.1f} | {f['first_wall_s'] or 0:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clients", default="claude,opencode")
+    p.add_argument("--tasks", default="", help=f"comma-separated, of: {', '.join(t.name for t in TASKS)}")
+    p.add_argument("--servers", default="specli,llama-server")
+    p.add_argument("--profile", default="default")
+    p.add_argument("--ctx", type=int, default=32768)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--spec-type", default="ngram-mod", help="llama-server's speculation (none: plain)")
+    p.add_argument("--llama-version", default=importlib.metadata.version("llama_cpp_python"))
+    p.add_argument("--restart", action="store_true", help="run every task again after restarting each server")
+    p.add_argument("--json", dest="json_out", default=None)
+    p.add_argument("--markdown", default=None)
+    args = p.parse_args()
+    runs = run(args)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([asdict(r) for r in runs], indent=2))
+    text = markdown(runs)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
