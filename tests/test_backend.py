@@ -222,3 +222,26 @@ def test_calibration_noise_covers_long_contexts() -> None:
     assert measure(smol, None, context).max_logit_diff >= long_diff
     small = Model(model_file(SMOL), LoadOptions(n_ctx=NOISE_CONTEXT // 2, n_threads=2))
     assert long_context_diff(small, context) == 0.0  # no room: not measured
+
+
+def test_the_decode_thread_runs_every_call_on_one_thread_and_hands_errors_back() -> None:
+    """backend.decoder in a process of its own (once started it stays started)."""
+    import subprocess
+    import sys
+
+    code = """
+import threading
+from specli.backend import decoder
+assert decoder.run(threading.get_ident) == threading.get_ident()  # not started: here
+decoder.start()
+seen = set()
+threads = [threading.Thread(target=lambda: seen.add(decoder.run(threading.get_ident))) for _ in range(4)]
+[t.start() for t in threads]; [t.join() for t in threads]
+assert len(seen) == 1 and seen != {threading.get_ident()}, seen
+try:
+    decoder.run(lambda: 1 / 0)
+except ZeroDivisionError:
+    print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -4,10 +4,12 @@ system: the library itself (log, init, build, load options and kernels); loader:
 into llama.cpp (check, load, metadata, requantize); vocab: tokenizers; info: a model
 file's metadata, read once before its weights; model: a loaded model (decode, rollback,
 chat template); peer: llama-cpp-python's own generator, the bench's peer; rpc: RPC
-servers as devices, and serving one; bounded: calls to them that survive a lost server.
+servers as devices, and serving one; bounded: calls to them that survive a lost server;
+decoder: one thread for every decode of a process that decodes from several.
 """
 
 from specli.backend.bounded import reconnect as reconnect_rpc
+from specli.backend.decoder import start as start_decode_thread
 from specli.backend.info import ModelFile, ModelInfo, available_memory, read_model_file, read_model_info
 from specli.backend.loader import check_gguf_header, quantize_model
 from specli.backend.model import Model, StateBuffer, state_buffer
@@ -36,6 +38,7 @@ __all__ = [
     "ModelInfo",
     "StateBuffer",
     "StreamDetokenizer",
+    "start_decode_thread",
     "Vocab",
     "VocabInfo",
     "available_memory",

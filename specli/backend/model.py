@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import llama_cpp
 import numpy as np
 
-from specli.backend import bounded
+from specli.backend import bounded, decoder
 from specli.backend.info import ModelFile
 from specli.backend.lib import last_log_error
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
@@ -414,7 +414,7 @@ class Model(ModelText):
         t0 = time.perf_counter()
         with self._lock:
             rc = self._llama(lambda: self._decode_synced(b), f"decoding {n} tokens") if self.remote else \
-                llama_cpp.llama_decode(self._ctx, b)
+                decoder.run(lambda: int(llama_cpp.llama_decode(self._ctx, b)))
             self.decode_seconds += time.perf_counter() - t0
             if rc != 0:
                 for seq in seqs:

@@ -21,6 +21,7 @@ from specli.backend import (
     probe_rpc,
     read_model_file,
     reconnect_rpc,
+    start_decode_thread,
     supports_gpu_offload,
 )
 from specli.drafters import (
@@ -324,10 +325,13 @@ def fit_context(s: Settings, model: ModelFile | Path, notes: list[str], remote: 
     return n_ctx
 
 
-def open_runtime(s: Settings, recalibrate: bool = False, n_seq: int = 1) -> Runtime:
+def open_runtime(s: Settings, recalibrate: bool = False, n_seq: int = 1, decode_thread: bool = False) -> Runtime:
     """Resolve names; read each model file once (structure, tokenizer, metadata) to
     check the pair and fit the context; then load the weights, each with `n_seq`
-    sequences of that context (a server's slots)."""
+    sequences of that context (a server's slots). `decode_thread`: every decode of this
+    process runs on one thread from now on (backend.decoder: a server's threads)."""
+    if decode_thread:
+        start_decode_thread()
     target_path = registry.resolve(s.target)
     draft_path = registry.resolve(s.draft) if needs_draft_model(s) and s.draft else None
     servers = (*(s.rpc or ()), *((s.draft_rpc or ()) if draft_path else ()))

@@ -199,7 +199,7 @@ class Worker:
     # -- the generation thread ------------------------------------------------------------
     def _main(self) -> None:
         try:
-            self.rt = open_runtime(self.settings, recalibrate=self.recalibrate, n_seq=self.parallel)
+            self.rt = open_runtime(self.settings, recalibrate=self.recalibrate, n_seq=self.parallel, decode_thread=True)
             self.rt.learn_across = True  # each request starts from what the earlier ones showed
             self.rt.defer_context_costs = True  # ready in seconds at any context: see Runtime
             if self.settings.drafter == "auto" and (self.recalibrate or not self.rt.calibration_stored()):
@@ -327,6 +327,9 @@ class Worker:
         structure = job.request.structure
         calls = CallStream(structure.names) if structure is not None and structure.calls_tools else None
         constraint = Constraint(job.grammar, rt.target.vocab) if job.grammar is not None else None
+        # a whole answer's reader waits for the Outcome alone: no wake-up of the event loop a step
+        # (its Python work on one of two cores competes with the decode: 34 against 37 ms a step)
+        send: Callable[[Pushed], None] = job.push if job.request.stream else (lambda item: None)
         events = generate(rt.target, job.prompt, config, drafter, constraint=constraint)
         try:
             for ev in events:
@@ -337,15 +340,14 @@ class Worker:
                 if ev.text:
                     parts.append(ev.text)
                     if calls is None:
-                        job.push(Delta(ev.text, logprobs=pending if lps is not None else None))
+                        send(Delta(ev.text, logprobs=pending if lps is not None else None))
                         if lps is not None:
                             lps, pending = lps + pending, []
                     else:
                         n_before = len(calls.calls)
                         content, new = calls.push(ev.text)
                         if content or new:
-                            job.push(Delta(content, tuple(enumerate(new, n_before)),
-                                           pending if lps is not None else None))
+                            send(Delta(content, tuple(enumerate(new, n_before)), pending if lps is not None else None))
                             if lps is not None:
                                 lps, pending = lps + pending, []
                 self.on_progress(job, counters)
