@@ -410,3 +410,15 @@ def test_sampling_in_a_slot_follows_the_target_with_others_busy(qwen_slots: tupl
     assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
     observed = tv({k: v / n for k, v in seen_pairs.items()}, exact)
     assert observed < bound, (observed, bound)
+
+
+def test_idle_conversations_a_prompt_does_not_go_on_with_are_parked() -> None:
+    from specli.runtime.slots import PARK_MIN, parkable
+
+    conversation = list(range(1000, 1000 + 2 * PARK_MIN))
+    side = [1, 2, 3, *range(5000, 5100)]
+    assert parkable(side, [(1, conversation), (2, [7] * 10)]) == [1]  # a short one costs little
+    assert parkable(conversation + [9, 9], [(1, conversation)]) == []  # it goes on with it
+    system = conversation[:PARK_MIN]  # a long shared prefix: worth more as shared cells
+    assert parkable(system + [4, 4], [(1, conversation)]) == []
+    assert parkable(system[:PARK_MIN - 1] + [4], [(1, conversation)]) == [1]

@@ -49,6 +49,7 @@ class ServeOptions:
     parallel: int = 1  # slots
     aliases: tuple[str, ...] = ()  # --alias
     strict_model: bool = False
+    park_idle: bool = True  # --park-idle
 
 
 def is_local(host: str) -> bool:
@@ -124,7 +125,7 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
                     cache=o.cache,
                     on_record=record,
                     on_progress=dash.progress if dash is not None else (lambda job, c: None),
-                    on_ready=ready, on_failed=failed,
+                    on_ready=ready, on_failed=failed, park_idle=o.park_idle,
                     on_stage=lambda text: console.print(f"specli serve: {text}", markup=False, highlight=False,
                                                        soft_wrap=True))
     app = create_app(worker, stats, AppConfig(model_id, aliases, listed=o.aliases, strict_model=o.strict_model,

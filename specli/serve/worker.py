@@ -27,7 +27,7 @@ from specli.errors import SpecliError, TemplateError, UsageError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime, prompting
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
-from specli.runtime.slots import Slot, Slots
+from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors
 from specli.serve.errors import ApiError, invalid
 from specli.serve.requests import Request, fold_system
@@ -37,6 +37,7 @@ from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls
 State = Literal["loading", "ready", "failed", "stopping"]
 WARMUP_PROMPT = "Say hello."  # any short prompt: the warm-up only has to run every stage once
 SAVE_EVERY_S = 30.0  # the history store is written when idle, at most this often (and at exit)
+PARKING = "parking"  # an idle slot's job while its conversation moves to the prompt cache
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ class Worker:
                  on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
                  on_ready: Callable[[Runtime], None] = lambda rt: None,
                  on_failed: Callable[[BaseException], None] = lambda e: None,
-                 on_stage: Callable[[str], None] = lambda text: None) -> None:
+                 on_stage: Callable[[str], None] = lambda text: None, park_idle: bool = True) -> None:
         self.settings = settings
         self.queue_max = queue_max
         self.recalibrate = recalibrate
@@ -101,6 +102,7 @@ class Worker:
         self.cache: PromptCache | None = None  # opened with the runtime
         self.on_record, self.on_progress = on_record, on_progress
         self.on_ready, self.on_failed, self.on_stage = on_ready, on_failed, on_stage
+        self.park_idle = park_idle  # idle conversations leave the KV cache for a request that does not go on with them
         self.state: State = "loading"
         self.error: BaseException | None = None
         self.rt: Runtime | None = None
@@ -178,7 +180,7 @@ class Worker:
 
     @property
     def n_running(self) -> int:
-        return sum(s.job is not None for s in self.slots.slots) if self.slots is not None else 0
+        return sum(isinstance(s.job, Job) for s in self.slots.slots) if self.slots is not None else 0
 
     def stop(self) -> None:
         """Stop taking jobs: the running one ends at its next step, waiting ones get 503."""
@@ -283,6 +285,8 @@ class Worker:
         use: CacheUse | None = None
         try:
             if not job.cancelled.is_set():  # its client left while it was being taken off the queue
+                if self.park_idle and slot.cache is not None:
+                    self._park_idle(slot, job.prompt)
                 if slot.cache is not None:
                     with self.slots.cache_lock:
                         use = slot.cache.prepare(job.prompt)
@@ -308,6 +312,25 @@ class Worker:
                                          job.t_start - job.t_arrival, t_end - job.t_arrival, error, use))
             with self._cond:
                 slot.job = None
+                self._cond.notify_all()
+
+    def _park_idle(self, slot: Slot, prompt: list[int]) -> None:
+        """Idle slots' conversations this prompt does not go on with move to the prompt
+        cache before it prefills (runtime.slots.PARK_MIN says why); meanwhile no job is
+        given to them."""
+        assert self.slots is not None
+        with self._cond:
+            idle = [(s.index, s.rt.target.tokens) for s in self.slots.slots if s is not slot and s.job is None]
+            parked = [self.slots.slots[i] for i in parkable(prompt, idle)]
+            for s in parked:
+                s.job = PARKING
+        try:
+            for s in parked:
+                self.slots.park(s)
+        finally:
+            with self._cond:
+                for s in parked:
+                    s.job = None
                 self._cond.notify_all()
 
     def _generate(self, rt: Runtime, job: Job, use: CacheUse | None) -> tuple[metrics.Counters, str]:
