@@ -14,6 +14,7 @@ once more. Connecting each agent by hand: docs/agents.md."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -88,6 +89,7 @@ def install(name: str) -> Path:
 
 def agent_command(name: str, exe: Path, task: Task, base: str, home: Path, work: Path, ctx: int
                   ) -> tuple[list[str], dict[str, str]]:
+    home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "TERM": "dumb", "LANG": "C.UTF-8"}
     if name == "claude":
         env |= {"ANTHROPIC_BASE_URL": base, "ANTHROPIC_AUTH_TOKEN": "none", "ANTHROPIC_MODEL": MODEL,
@@ -121,7 +123,6 @@ class Run:
 def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
     work = Path(tempfile.mkdtemp(prefix=f"agents-{task.name}-"))
     home = agents_dir() / f"home-{name}"  # kept: opencode installs its plugin there once
-    home.mkdir(parents=True, exist_ok=True)
     for rel, text in task.files.items():
         (work / rel).write_text(text)
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
@@ -143,11 +144,13 @@ def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase:
     return Run(name, server, task.name, phase, done, code, wall, summarize(proxy.take()))
 
 
-def start(server: str, args: argparse.Namespace, cache: str) -> Server:
+def start(server: str, args: argparse.Namespace, state: str) -> Server:
+    """A server; specli's prompt cache and history store in `state`, kept across restarts."""
     s = profiles.resolve_settings(args.profile)
     if server == "specli":
         srv: Server = SpecliServer(["--profile", args.profile, "--ctx", str(args.ctx), "--threads", str(args.threads)],
-                                   env={"SPECLI_PROMPT_CACHE_DIR": cache})
+                                   env={"SPECLI_PROMPT_CACHE_DIR": state + "/prompt-cache",
+                                        "SPECLI_HISTORY_DIR": state + "/history"})
     else:
         target = registry.resolve(s.target)
         srv = LlamaServer(binaries_dir(args.llama_version), args.spec_type, target, None, args.threads, args.ctx,
@@ -160,6 +163,13 @@ def run(args: argparse.Namespace) -> list[Run]:
     clients = [c for c in args.clients.split(",") if c]
     tasks = [t for t in TASKS if t.name in args.tasks.split(",")] if args.tasks else TASKS
     exes = {c: install(c) for c in clients}
+    if "opencode" in exes:  # its first start installs its plugin package from npm: not the server's time
+        warm = Path(tempfile.mkdtemp(prefix="agents-warm-"))
+        argv, env = agent_command("opencode", exes["opencode"], TASKS[0], "http://127.0.0.1:9",
+                                  agents_dir() / "home-opencode", warm, args.ctx)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run(argv, cwd=warm, env=env, capture_output=True, timeout=90, stdin=subprocess.DEVNULL)
+        shutil.rmtree(warm, ignore_errors=True)
     runs: list[Run] = []
     cache = tempfile.mkdtemp(prefix="specli-agents-cache-")
     phases = ["first start", "restarted"] if args.restart else ["first start"]
