@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from specli.serve.errors import invalid
-from specli.serve.requests import MAX_MESSAGES, Request, kind_of, parse_options, parse_stop
+from specli.serve.requests import Request, kind_of, message_list, parse_options, parse_stop
 from specli.serve.tools import Structure, function_tool, schema_grammar
 
 # Anthropic-defined tools (bash_20250124, web_search_..., text_editor_...) carry no schema:
@@ -53,15 +53,20 @@ def parse_messages(body: dict[str, Any], *, count_only: bool = False) -> Request
                    endpoint="messages", reasoning=_thinking(body.get("thinking")))
 
 
+def _blocks(value: Any, where: str) -> list[Any]:
+    """A content that is not a string: its array of blocks (400 if it is not one)."""
+    if not isinstance(value, list):
+        raise invalid(where, f"{where} must be a string or an array of content blocks, got {kind_of(value)}",
+                      "invalid_type")
+    return value
+
+
 def _text_blocks(value: Any, where: str) -> str:
     """A string, or an array of text blocks joined (other blocks: 400)."""
     if isinstance(value, str):
         return value
-    if not isinstance(value, list):
-        raise invalid(where, f"{where} must be a string or an array of content blocks, got {kind_of(value)}",
-                      "invalid_type")
     parts = []
-    for i, block in enumerate(value):
+    for i, block in enumerate(_blocks(value, where)):
         kind = _block_type(block, f"{where}[{i}]")
         if kind != "text":
             raise _unsupported(kind, f"{where}[{i}]")
@@ -102,19 +107,9 @@ def _unsupported(kind: str, where: str) -> Exception:
 
 
 def _conversation(value: Any) -> list[dict[str, Any]]:
-    if value is None:
-        raise invalid("messages", "messages: field required", "missing_required_parameter")
-    if not isinstance(value, list):
-        raise invalid("messages", f"messages must be an array, got {kind_of(value)}", "invalid_type")
-    if not value:
-        raise invalid("messages", "messages: at least one message is required")
-    if len(value) > MAX_MESSAGES:
-        raise invalid("messages", f"messages holds {len(value)} messages; at most {MAX_MESSAGES} are allowed")
     out: list[dict[str, Any]] = []
-    for i, m in enumerate(value):
+    for i, m in enumerate(message_list(value)):
         where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise invalid(where, f"{where} must be an object, got {kind_of(m)}", "invalid_type")
         role = m.get("role")
         content = m.get("content")
         if role == "user":
@@ -133,12 +128,9 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
     user message."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
-    if not isinstance(content, list):
-        raise invalid(where, f"{where} must be a string or an array of content blocks, got {kind_of(content)}",
-                      "invalid_type")
     out: list[dict[str, Any]] = []
     text: list[str] = []
-    for i, block in enumerate(content):
+    for i, block in enumerate(_blocks(content, where)):
         at = f"{where}[{i}]"
         kind = _block_type(block, at)
         if kind == "text":
@@ -174,11 +166,8 @@ def _assistant(content: Any, where: str) -> dict[str, Any]:
     them), its reasoning (thinking blocks) as `reasoning_content` where a template uses it."""
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
-    if not isinstance(content, list):
-        raise invalid(where, f"{where} must be a string or an array of content blocks, got {kind_of(content)}",
-                      "invalid_type")
     text, calls, thinking = [], [], []
-    for i, block in enumerate(content):
+    for i, block in enumerate(_blocks(content, where)):
         at = f"{where}[{i}]"
         kind = _block_type(block, at)
         if kind == "text":

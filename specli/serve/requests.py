@@ -293,7 +293,9 @@ def _content(value: Any, where: str) -> str:
     raise invalid(where, f"{where} must be a string or an array of text parts, got {kind_of(value)}", "invalid_type")
 
 
-def _messages(value: Any) -> tuple[dict[str, Any], ...]:
+def message_list(value: Any) -> list[dict[str, Any]]:
+    """`messages` checked as a list of objects (any protocol's): 400 if missing, not an
+    array, empty, longer than MAX_MESSAGES, or holding anything but objects."""
     if value is None:
         raise invalid("messages", "messages is required", "missing_required_parameter")
     if not isinstance(value, list):
@@ -302,11 +304,16 @@ def _messages(value: Any) -> tuple[dict[str, Any], ...]:
         raise invalid("messages", "messages must hold at least one message")
     if len(value) > MAX_MESSAGES:
         raise invalid("messages", f"messages holds {len(value)} messages; at most {MAX_MESSAGES} are allowed")
-    out: list[dict[str, Any]] = []
     for i, m in enumerate(value):
-        where = f"messages[{i}]"
         if not isinstance(m, dict):
-            raise invalid(where, f"{where} must be an object, got {kind_of(m)}", "invalid_type")
+            raise invalid(f"messages[{i}]", f"messages[{i}] must be an object, got {kind_of(m)}", "invalid_type")
+    return value
+
+
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(message_list(value)):
+        where = f"messages[{i}]"
         role = m.get("role")
         if role == "function" or m.get("function_call"):
             raise invalid(f"{where}.role", f"{where}: function messages (the deprecated functions API) are not "
