@@ -121,14 +121,19 @@ class Run:
 
 
 def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
-    work = Path(tempfile.mkdtemp(prefix=f"agents-{task.name}-"))
+    # the same folder and commit each run: agents put the working directory and git status in
+    # their prompts, and a user goes back to the same project (what the prompt cache is for)
+    work = agents_dir() / "work" / task.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     home = agents_dir() / f"home-{name}"  # kept: opencode installs its plugin there once
     for rel, text in task.files.items():
         (work / rel).write_text(text)
-    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
-    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qam", "start", "--allow-empty"],
-                   cwd=work, check=False, capture_output=True)
-    subprocess.run(["git", "add", "-A"], cwd=work, check=False)
+    fixed = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z"}
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=work, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=work, check=True)
+    subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qm", "start"],
+                   cwd=work, check=True, env=fixed)
     argv, env = agent_command(name, exe, task, proxy.base, home, work, ctx)
     proxy.take()
     t0 = time.perf_counter()
@@ -140,7 +145,6 @@ def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase:
         code, out = 124, str(e.stdout or "")
     wall = time.perf_counter() - t0
     done = task.check(work, out)
-    shutil.rmtree(work, ignore_errors=True)
     return Run(name, server, task.name, phase, done, code, wall, summarize(proxy.take()))
 
 
