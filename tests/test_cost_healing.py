@@ -85,3 +85,14 @@ def test_the_level_heals_too(factor: float) -> None:
     _replay(costs)
     assert _worst_error(costs) < 0.12
     assert costs.drifted
+
+
+def test_slow_plain_steps_past_the_table_context_leave_the_stored_table() -> None:
+    """A server at long context with no measured context axis: its plain steps at 12k
+    tokens are three times t1; the model prices with them, but what is stored for the
+    next start stays the short-context table (it once stored 0.116 s as t1 from such steps)."""
+    cm = CostModel(0.03, [1, 2, 4, 8, 16, 33], [1.0, 1.2, 1.5, 2.0, 3.0, 5.0])
+    for _ in range(8):
+        cm.observe_verify(0, 0.1, context=12000)
+    assert cm.step > 0.05  # priced as observed
+    assert not cm.drifted and cm.corrected()[0] == 0.03

@@ -327,10 +327,10 @@ class CostModel:
         self._fits.scale(factor)
         self._fits_table.scale(factor)
         self._t1_doubts.clear()
-        if short:
+        if short:  # past TABLE_CONTEXT a slower step is the context's: the stored table stays
             self._t1_table.value = seconds
             self._n_t1_table = max(self._n_t1_table, SEEN_MIN)
-        self._corrected()
+            self._corrected()
 
     def observe_draft_step(self, seconds: float) -> None:
         if self.step > 0:
@@ -380,7 +380,7 @@ class CostModel:
     def corrected(self) -> tuple[float, list[float], float]:
         """(t1, ratios at `sizes`, draft_ratio) as observed at up to TABLE_CONTEXT cached
         tokens: for the calibration cache."""
-        t1 = self._t1_table.value if self._n_t1_table >= SEEN_MIN else self.step
+        t1 = self._t1_table.value if self._n_t1_table >= SEEN_MIN else self.t1
         if self._fits_table:
             ratios = [max(1.0, r * self._fits_table.at(n)) if n > 1 else 1.0 for n, r in zip(self.sizes, self.ratios)]
         else:
