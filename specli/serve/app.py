@@ -29,7 +29,7 @@ from specli.serve.errors import ApiError
 from specli.serve.messages_request import parse_messages
 from specli.serve.metrics import ServerMetrics
 from specli.serve.openai_chat import CHAT, COMPLETIONS
-from specli.serve.protocol import ErrorReply, Protocol, openai_error
+from specli.serve.protocol import ErrorReply, Protocol
 from specli.serve.requests import parse_body
 from specli.serve.responses import Ids, Outcome
 from specli.serve.worker import Job, Pushed, Worker, request_tokens
@@ -224,8 +224,9 @@ def error_response(e: ApiError, path: str = "") -> JSONResponse:
 
 
 def error_shape(path: str) -> Callable[[ApiError], ErrorReply]:
-    """The shape of errors on `path`: Anthropic's under /v1/messages, else OpenAI's."""
-    return messages.error if path.startswith("/v1/messages") else openai_error
+    """The shape of errors on `path`: its protocol's (Messages under /v1/messages, also for
+    its unknown sub-routes), else OpenAI's."""
+    return messages.MESSAGES.error if path.startswith("/v1/messages") else CHAT.error
 
 
 async def on_api_error(request: HttpRequest, exc: Exception) -> Response:
