@@ -59,9 +59,15 @@ def read_usage(ex: Exchange, text: str) -> None:
         except ValueError:
             return
     for o in objs:
+        if isinstance(o.get("response"), dict):  # a Responses API event: its response object
+            o = o["response"]
         usage = o.get("usage") or (o.get("message") or {}).get("usage") or {}
         if usage:
-            if "prompt_tokens" in usage:  # OpenAI
+            if "input_tokens_details" in usage:  # OpenAI Responses: input_tokens includes the cached
+                ex.prompt_tokens = usage["input_tokens"]
+                ex.cached_tokens = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0) or 0
+                ex.output_tokens = usage.get("output_tokens", 0)
+            elif "prompt_tokens" in usage:  # OpenAI
                 ex.prompt_tokens = usage["prompt_tokens"]
                 ex.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
                 ex.output_tokens = usage.get("completion_tokens", 0)
@@ -79,7 +85,9 @@ def read_usage(ex: Exchange, text: str) -> None:
                 ex.cached_tokens = timings.get("cache_n", 0)
 
 
-_CONTENT_MARKS = (b'"text_delta"', b'"input_json_delta"', b'"content":"', b'"tool_calls"', b'"thinking_delta"')
+_CONTENT_MARKS = (b'"text_delta"', b'"input_json_delta"', b'"content":"', b'"tool_calls"', b'"thinking_delta"',
+                  b'"response.output_text.delta"', b'"response.function_call_arguments.delta"',
+                  b'"response.custom_tool_call_input.delta"')
 
 
 class Proxy:

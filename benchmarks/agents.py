@@ -3,7 +3,7 @@ target, on small repository tasks, both greedy (the agents send no temperature):
 
     python -m benchmarks.agents --clients claude,opencode --markdown agents.md
 
-Installs pinned Claude Code and opencode from npm into the user cache folder, starts both
+Installs pinned Claude Code, opencode and Codex from npm into the user cache folder, starts both
 servers, and runs each client on each task through a pass-through proxy that reads what
 the servers answered (benchmarks.agent_proxy). Per client, server and task: done or not
 (the task's own check of the files or the answer), wall time, requests, prompt tokens
@@ -34,7 +34,9 @@ from specli.bench.peers import binaries_dir
 from specli.bench.servers import LlamaServer, Server, SpecliServer
 
 AGENTS = {"claude": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
-          "opencode": ("opencode-ai", "1.18.33", "opencode")}
+          "opencode": ("opencode-ai", "1.18.33", "opencode"),
+          "codex": ("@openai/codex", "0.171.0", "codex")}
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "agents"
 MODEL = "local-model"  # the name the agents send; both servers answer any name
 TASK_TIMEOUT_S = 1200
 
@@ -97,6 +99,9 @@ def agent_command(name: str, exe: Path, task: Task, base: str, home: Path, work:
                 "CLAUDE_CODE_MAX_CONTEXT_TOKENS": str(ctx), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
                 "DISABLE_TELEMETRY": "1", "IS_SANDBOX": "1"}
         return [str(exe), "-p", task.prompt, "--dangerously-skip-permissions", "--max-turns", "12"], env
+    if name == "codex":
+        env |= {"CODEX_HOME": str(codex_home(exe, home, base, ctx)), "BENCH_API_KEY": "none"}
+        return [str(exe), "exec", "--skip-git-repo-check", task.prompt], env
     config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled",
               "provider": {"bench": {"npm": "@ai-sdk/openai-compatible", "name": "bench",
                                      "options": {"baseURL": base + "/v1", "apiKey": "none"},
@@ -106,6 +111,56 @@ def agent_command(name: str, exe: Path, task: Task, base: str, home: Path, work:
     env |= {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
             "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1"}
     return [str(exe), "run", task.prompt, "-m", f"bench/{MODEL}"], env
+
+
+def codex_home(exe: Path, home: Path, base: str, ctx: int) -> Path:
+    """CODEX_HOME with a provider for `base` (Responses API) and a model catalog entry for
+    MODEL whose apply_patch is the freeform (custom, Lark grammar) tool: without one Codex
+    sends no apply_patch tool to an unknown model. The entry is Codex's own gpt-5.5 entry,
+    read from its program, made local (docs/agents.md)."""
+    codex = home / ".codex"
+    codex.mkdir(parents=True, exist_ok=True)
+    entry = dict(codex_catalog(exe)["gpt-5.5"])
+    base_prompt = json.loads(next(FIXTURES.glob("codex-1-*.json")).read_text())["body"]["input"][0]
+    entry.update(slug=MODEL, display_name=MODEL, prefer_websockets=False, support_verbosity=False,
+                 default_verbosity=None, input_modalities=["text"], supports_image_detail_original=False,
+                 context_window=ctx, max_context_window=ctx, default_reasoning_level=None,
+                 supported_reasoning_levels=[], supports_reasoning_summaries=False,
+                 supports_reasoning_summary_parameter=False, upgrade=None, available_in_plans=[], service_tiers=[],
+                 additional_speed_tiers=[], supports_search_tool=False, include_apps_usage_instructions=False,
+                 include_plugin_usage_instructions=False, shell_type="default", apply_patch_tool_type="freeform",
+                 base_instructions=base_prompt["content"][0]["text"])
+    entry.pop("model_messages", None)
+    (codex / "model-catalog.json").write_text(json.dumps({"models": [entry]}))
+    (codex / "config.toml").write_text(f"""model = "{MODEL}"
+model_provider = "bench"
+model_catalog_json = "{codex / 'model-catalog.json'}"
+approval_policy = "never"
+sandbox_mode = "workspace-write"
+check_for_update_on_startup = false
+
+[model_providers.bench]
+name = "bench"
+base_url = "{base}/v1"
+wire_api = "responses"
+env_key = "BENCH_API_KEY"
+
+[analytics]
+enabled = false
+""")
+    return codex
+
+
+def codex_catalog(exe: Path) -> dict[str, dict[str, Any]]:
+    """Codex's built-in model catalog, the JSON document its program carries."""
+    modules = exe.parent.parent  # node_modules: the program is in the platform's package
+    program = next(modules.glob("@openai/codex-*/vendor/*/bin/codex"), None) or exe.resolve()
+    data = program.read_bytes()
+    at = data.find(b'{\n  "models": [')
+    if at < 0:
+        raise RuntimeError(f"no model catalog found in {program}")
+    catalog, _ = json.JSONDecoder().raw_decode(data[at:at + 8_000_000].decode("utf-8", "replace"))
+    return {m["slug"]: m for m in catalog["models"]}
 
 
 @dataclass
@@ -118,6 +173,7 @@ class Run:
     exit_code: int
     wall_s: float
     figures: dict[str, Any]
+    tail: str = ""  # the end of what the agent printed
 
 
 def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
@@ -145,7 +201,7 @@ def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase:
         code, out = 124, str(e.stdout or "")
     wall = time.perf_counter() - t0
     done = task.check(work, out)
-    return Run(name, server, task.name, phase, done, code, wall, summarize(proxy.take()))
+    return Run(name, server, task.name, phase, done, code, wall, summarize(proxy.take()), out[-600:])
 
 
 def start(server: str, args: argparse.Namespace, state: str) -> Server:

@@ -21,13 +21,16 @@ def test_calls_are_parsed_and_the_rest_is_content() -> None:
         assert parse_calls(text, ["read_file"]) == (text, [])
 
 
+READ_FILE = Structure(tools=({"type": "function", "function": {"name": "read_file", "parameters": {}}},))
+
+
 def test_a_stream_holds_back_what_may_open_a_call() -> None:
-    s = CallStream(["read_file"])
+    s = CallStream(READ_FILE)
     pieces = ["<tool", "_call>\n{\"name\": \"read_file\", ", "\"arguments\": {\"path\": \"a.py\"}}\n</tool_", "call>\n"]
     out = [s.push(p) for p in pieces]
     assert all(text == "" for text, _ in out)
     assert [len(calls) for _, calls in out] == [0, 0, 0, 1] and s.calls[0].name == "read_file"
-    plain = CallStream(["read_file"])
+    plain = CallStream(READ_FILE)
     assert plain.push("<") == ("", []) and plain.push("b>hello") == ("<b>hello", [])
     assert plain.push(" world") == (" world", [])
 

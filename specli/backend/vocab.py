@@ -86,6 +86,10 @@ class Vocab:
         pieces = (self._special_piece(t) if special else self.piece(t) for t in tokens)
         return b"".join(pieces).decode("utf-8", errors="replace")
 
+    def spelled(self, token: int) -> bytes:
+        """A token's bytes with control tokens spelled out (llama-server's pieces)."""
+        return self._special_piece(token)
+
     def grammar_pieces(self) -> list[bytes]:
         """Every token's bytes as a grammar engine reads them: control tokens spelled out
         behind a 0xff byte, so that no grammar over text can produce them (llguidance's

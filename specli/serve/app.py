@@ -8,13 +8,9 @@ worker, the counters, the configuration) rides on the app as `app.state.served`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from starlette.applications import Starlette
@@ -24,53 +20,30 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from specli.serve import DEFAULT_MAX_BODY_MIB, errors, messages, responses
+from specli.runtime.prompt_cache import default_dir
+from specli.serve import errors, llama_routes, messages, responses, responses_api
+from specli.serve.context import AppConfig, Served, authorize, read_json, served_of
 from specli.serve.errors import ApiError
 from specli.serve.messages_request import parse_messages
 from specli.serve.metrics import ServerMetrics
 from specli.serve.openai_chat import CHAT, COMPLETIONS
 from specli.serve.protocol import ErrorReply, Protocol
-from specli.serve.requests import parse_body
+from specli.serve.response_store import ResponseStore
 from specli.serve.responses import Ids, Outcome
+from specli.serve.responses_api_request import parse_responses
 from specli.serve.worker import Job, Pushed, Worker, request_tokens
 
-# a body up to this many times the cap is read to its end before the 413: a server that
-# answers mid-upload resets the connection before the client can read the answer
-DRAIN_FACTOR = 8
-
-
-@dataclass
-class AppConfig:
-    model_id: str
-    aliases: frozenset[str] = frozenset()  # other names of the model's file, accepted as it
-    listed: tuple[str, ...] = ()  # --alias: names /v1/models lists besides model_id
-    strict_model: bool = False  # a request naming another model gets 404 (else any name is this model)
-    api_key: str | None = None
-    max_body: int = int(DEFAULT_MAX_BODY_MIB * 2**20)
-    created: int = field(default_factory=lambda: int(time.time()))
-    fingerprint: str = "specli"
-
-
-@dataclass(frozen=True)
-class Served:
-    """What every handler reads: the generation thread, the counters, the configuration."""
-
-    worker: Worker
-    stats: ServerMetrics
-    config: AppConfig
-    names: frozenset[str]  # the names a request may give the model
+__all__ = ["AppConfig", "create_app"]
 
 
 def create_app(worker: Worker, stats: ServerMetrics, config: AppConfig) -> Starlette:
     app = Starlette(routes=ROUTES, exception_handlers=EXCEPTION_HANDLERS)
     names = frozenset({config.model_id, *config.aliases, *config.listed})
-    app.state.served = Served(worker, stats, config, names)
+    cache = worker.cache_options
+    folder = (cache.dir or default_dir()) / "responses" if cache is not None and cache.disk else None
+    store = ResponseStore(folder)
+    app.state.served = Served(worker, stats, config, names, responses_api.make_protocol(store), store)
     return app
-
-
-def _served(request: HttpRequest) -> Served:
-    served: Served = request.app.state.served
-    return served
 
 
 # -- the routes ---------------------------------------------------------------------
@@ -93,7 +66,7 @@ async def anthropic_messages(request: HttpRequest) -> Response:
 
 async def count_tokens(request: HttpRequest) -> Response:
     """POST /v1/messages/count_tokens: the prompt's tokens as the Messages route renders it."""
-    served = _served(request)
+    served = served_of(request)
     authorize(request, served.config.api_key)
     req = parse_messages(await read_json(request, served.config.max_body), count_only=True)
     _check_model(served, req.model)
@@ -105,7 +78,7 @@ async def count_tokens(request: HttpRequest) -> Response:
 async def models(request: HttpRequest) -> Response:
     """GET /v1/models: the one model served, under its id and any --alias; in Anthropic's
     shape when asked with an anthropic-version header."""
-    config = _served(request).config
+    config = served_of(request).config
     names = [config.model_id, *config.listed]
     if "anthropic-version" in request.headers:
         return JSONResponse(messages.models_list(names, config.created))
@@ -114,7 +87,7 @@ async def models(request: HttpRequest) -> Response:
 
 async def health(request: HttpRequest) -> Response:
     """GET /health: 200 once the model is loaded and warm, 503 before and while stopping."""
-    worker = _served(request).worker
+    worker = served_of(request).worker
     if worker.state == "ready":  # llama-server's fields
         busy = worker.n_running
         return JSONResponse({"status": "ok", "slots_idle": worker.parallel - busy, "slots_processing": busy,
@@ -124,7 +97,7 @@ async def health(request: HttpRequest) -> Response:
 
 async def prometheus(request: HttpRequest) -> Response:
     """GET /metrics: the counters as Prometheus text."""
-    served = _served(request)
+    served = served_of(request)
     authorize(request, served.config.api_key)
     worker = served.worker
     cache = worker.cache.stats if worker.cache is not None else None
@@ -134,21 +107,58 @@ async def prometheus(request: HttpRequest) -> Response:
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
+async def responses_create(request: HttpRequest) -> Response:
+    """POST /v1/responses (OpenAI Responses)"""
+    return await _generation(request, served_of(request).responses)
+
+
+async def responses_input_tokens(request: HttpRequest) -> Response:
+    """POST /v1/responses/input_tokens: the prompt's tokens as /v1/responses renders it."""
+    served = served_of(request)
+    authorize(request, served.config.api_key)
+    req = parse_responses(await read_json(request, served.config.max_body), count_only=True)
+    req = responses_api.after_previous(req, served.store)
+    rt = served.worker.ready_runtime()
+    prompt = await anyio.to_thread.run_sync(request_tokens, rt, req, served.worker.settings)
+    return JSONResponse(responses_api.input_tokens_reply(len(prompt)))
+
+
+async def stored_response(request: HttpRequest) -> Response:
+    """GET and DELETE /v1/responses/{id}: a stored response (404 if not stored)."""
+    served = served_of(request)
+    authorize(request, served.config.api_key)
+    rid = request.path_params["rid"]
+    store = served.store
+    if request.method == "DELETE":
+        if not store.delete(rid):
+            raise errors.not_found(f"no stored response {rid!r}")
+        return JSONResponse(responses_api.deleted_reply(rid))
+    stored = store.get(rid)
+    if stored is None:
+        raise errors.not_found(f"no stored response {rid!r} (never stored with store: true, deleted, or dropped "
+                               "as the oldest)")
+    return JSONResponse(stored.response)
+
+
 ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
     Route("/v1/messages", anthropic_messages, methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+    Route("/v1/responses", responses_create, methods=["POST"]),
+    Route("/v1/responses/input_tokens", responses_input_tokens, methods=["POST"]),
+    Route("/v1/responses/{rid}", stored_response, methods=["GET", "DELETE"]),
     Route("/v1/models", models, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
+    *llama_routes.ROUTES,
 ]
 
 
 async def _generation(request: HttpRequest, proto: Protocol) -> Response:
     """A request in `proto`'s shape checked, queued as a job, and answered as one JSON
     object or as that protocol's server-sent events."""
-    served = _served(request)
+    served = served_of(request)
     worker, config = served.worker, served.config
     authorize(request, config.api_key)
     req = proto.parse(await read_json(request, config.max_body))
@@ -176,43 +186,6 @@ def _check_model(served: Served, model: str | None) -> None:
     """With --strict-model, 404 for a name this server does not answer to."""
     if served.config.strict_model and model is not None and model not in served.names:
         raise errors.unknown_model(model, served.config.model_id)
-
-
-def authorize(request: HttpRequest, api_key: str | None) -> None:
-    """401 unless the request carries `api_key` as its bearer token or its x-api-key
-    header (Anthropic's); any request passes when the server has no key."""
-    if api_key is None:
-        return
-    given = request.headers.get("authorization", "")
-    scheme, _, token = given.partition(" ")
-    if not given and "x-api-key" in request.headers:
-        scheme, token = "bearer", request.headers["x-api-key"]
-    elif not given:
-        raise errors.no_api_key()
-    # digests of equal length: the comparison takes the same time whatever the key given
-    ok = hmac.compare_digest(hashlib.sha256(token.strip().encode()).digest(), hashlib.sha256(api_key.encode()).digest())
-    if scheme.lower() != "bearer" or not ok:
-        raise errors.wrong_api_key()
-
-
-async def read_json(request: HttpRequest, cap: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past `cap`, after reading to the end a body up to
-    DRAIN_FACTOR times the cap."""
-    length = request.headers.get("content-length")
-    declared = int(length) if length is not None and length.isdigit() else None
-    if declared is not None and declared > DRAIN_FACTOR * cap:
-        raise errors.too_large(declared, cap)
-    body = bytearray()
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > DRAIN_FACTOR * cap:
-            raise errors.too_large(size, cap)
-        if size <= cap:
-            body += part
-    if size > cap:
-        raise errors.too_large(size, cap)
-    return parse_body(bytes(body))
 
 
 # -- errors -------------------------------------------------------------------------

@@ -102,6 +102,10 @@ def routing(status: int, method: str, path: str) -> ApiError:
     return ApiError(NOT_FOUND, f"no route {method} {path} (see GET /v1/models)", None, "not_found")
 
 
+def not_found(message: str, param: str | None = None, code: str = "not_found") -> ApiError:
+    return ApiError(NOT_FOUND, message, param, code)
+
+
 def too_large(size: int, cap: int) -> ApiError:
     return ApiError(TOO_LARGE, f"the request body is {size} bytes or more; this server takes at most {cap} "
                                "(start it with a larger --max-body)", None, "request_too_large")

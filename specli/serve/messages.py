@@ -16,14 +16,14 @@ from specli.engine import metrics
 from specli.serve import responses
 from specli.serve.errors import ApiError
 from specli.serve.messages_request import parse_messages
-from specli.serve.protocol import ErrorReply, Protocol, Queue
+from specli.serve.protocol import ErrorReply, Protocol, Queue, frame
+from specli.serve.reasoning import ReasoningStream, split_reasoning
 from specli.serve.requests import Request
 from specli.serve.responses import Ids, Outcome
 from specli.serve.tools import ToolCall
 from specli.serve.worker import Delta
 
 PING_S = 10.0  # a ping while nothing else is sent (a long prefill): clients and proxies see a live stream
-OPEN_THINK, CLOSE_THINK = "<think>", "</think>"
 
 # Anthropic's error types by status; a full queue is its 529 "overloaded", which its SDKs retry
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -57,15 +57,6 @@ def stop_reason(out: Outcome) -> str:
     return "stop_sequence" if out.stop_string is not None else "end_turn"
 
 
-def split_reasoning(text: str) -> tuple[str, str]:
-    """(thinking, text) of an answer that opens with <think>; ("", text) otherwise."""
-    head = text.lstrip()
-    if not head.startswith(OPEN_THINK):
-        return "", text
-    inner, closed, rest = head[len(OPEN_THINK):].partition(CLOSE_THINK)
-    return inner.strip(), rest.lstrip() if closed else ""
-
-
 def tool_use_id(call: ToolCall) -> str:
     return "toolu_" + call.id.removeprefix("call_")
 
@@ -85,59 +76,6 @@ def whole(ids: Ids, req: Request, out: Outcome) -> dict[str, Any]:
     return {"id": ids.id, "type": "message", "role": "assistant", "model": ids.model, "content": content,
             "stop_reason": stop_reason(out), "stop_sequence": out.stop_string, "usage": usage(out.counters),
             "timings": responses.timings(out.counters), "specli": responses.specli_figures(out)}
-
-
-def frame(obj: dict[str, Any]) -> bytes:
-    """One event: its type as the event name, the object as data."""
-    return f"event: {obj['type']}\ndata: ".encode() + json.dumps(obj, ensure_ascii=False,
-                                                                   separators=(",", ":")).encode() + b"\n\n"
-
-
-class ReasoningStream:
-    """Streamed text split into ("thinking" | "text", piece): an answer opening with
-    <think> is thinking up to </think>; text that may still be such a tag is held back."""
-
-    def __init__(self, on: bool) -> None:
-        self.state = "start" if on else "text"
-        self.held = ""
-
-    def push(self, delta: str) -> list[tuple[str, str]]:
-        self.held += delta
-        out: list[tuple[str, str]] = []
-        if self.state == "start":
-            head = self.held.lstrip()
-            if OPEN_THINK.startswith(head):
-                return out  # may still open
-            if not head.startswith(OPEN_THINK):
-                self.state = "text"
-            else:
-                self.state, self.held = "thinking", head[len(OPEN_THINK):].lstrip("\n")
-        if self.state == "thinking":
-            inner, closed, rest = self.held.partition(CLOSE_THINK)
-            if not closed:
-                keep = _partial_tail(self.held, CLOSE_THINK)
-                piece, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
-                return [("thinking", piece)] if piece else []
-            out.append(("thinking", inner.rstrip("\n")))
-            self.state, self.held = "after", rest
-        if self.state == "after":  # the blank lines between the reasoning and the answer
-            self.held = self.held.lstrip()
-            if self.held:
-                self.state = "text"
-        if self.state == "text" and self.held:
-            out.append(("text", self.held))
-            self.held = ""
-        return [p for p in out if p[1]]
-
-    def flush(self) -> list[tuple[str, str]]:
-        kind = "thinking" if self.state == "thinking" else "text"
-        held, self.held = self.held, ""
-        return [(kind, held)] if held else []
-
-
-def _partial_tail(text: str, tag: str) -> int:
-    """Length of the longest end of `text` that begins `tag`."""
-    return next((n for n in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:n])), 0)
 
 
 class _Blocks:

@@ -6,6 +6,7 @@ know nothing of protocols."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,3 +41,9 @@ class Protocol:
     whole: Callable[[Ids, Request, Outcome], dict[str, Any]]
     events: Callable[[Ids, Request, Queue], AsyncIterator[bytes]]
     error: Callable[[ApiError], ErrorReply] = openai_error
+
+
+def frame(obj: dict[str, Any]) -> bytes:
+    """One event: its type as the event name, the object as data."""
+    return f"event: {obj['type']}\ndata: ".encode() + json.dumps(obj, ensure_ascii=False,
+                                                                   separators=(",", ":")).encode() + b"\n\n"

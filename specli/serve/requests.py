@@ -57,6 +57,7 @@ class Request:
     structure: Structure | None = None  # response_format, tools, tool_choice
     endpoint: str = ""  # the route's name in logs and /metrics (default: kind)
     reasoning: bool = False  # a leading <think>...</think> of the answer is reasoning, apart from the text
+    protocol_data: Any = None  # what a protocol keeps for its own answer (the Responses API's echo)
 
 
 # parameters specli cannot honour: accepted only at the value that asks for nothing

@@ -22,7 +22,34 @@ from specli.engine.grammar import JSON_OPTIONS, Grammar, compile_grammar
 from specli.serve.errors import invalid
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-_CALL_RE = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+_CALL_RE = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class CustomTool:
+    """A freeform tool (OpenAI's `custom`): its input is plain text, held to a Lark or
+    regex grammar where it has one. The model calls it as
+    `<tool_call>\n{"name": NAME}\n` + input + `\n</tool_call>`."""
+
+    name: str
+    description: str
+    syntax: str | None = None  # lark, regex, or None (any text)
+    definition: str = ""
+
+    def as_function(self) -> dict[str, Any]:
+        """How a chat template shows it: a function whose description says how to call it."""
+        how = (f'Call it with {{"name": "{self.name}"}} and no arguments, then its input as plain text on the '
+               "next lines, not JSON.")
+        return {"type": "function", "function": {"name": self.name, "description": f"{self.description}\n{how}".strip(),
+                                                 "parameters": {"type": "object", "properties": {}}}}
+
+    def grammar_rule(self) -> str:
+        """The Lark right-hand side its input follows."""
+        if self.syntax == "lark":
+            return "%lark {\n" + self.definition + "\n}"
+        if self.syntax == "regex":
+            return "/" + self.definition.replace("/", "\\/") + "/"
+        return "/(.|\\n)*/"
 
 
 @dataclass(frozen=True)
@@ -31,16 +58,26 @@ class Structure:
 
     response_format: Grammar | None = None
     tools: tuple[dict[str, Any], ...] = ()  # as the template reads them: {"type": "function", "function": {...}}
-    tool_choice: str = "auto"  # auto, none, required, or a function's name
+    tool_choice: str = "auto"  # auto, none, required, or a tool's name
     parallel: bool = True
+    custom: tuple[CustomTool, ...] = ()  # freeform tools (the Responses API's)
 
     @property
     def calls_tools(self) -> bool:
-        return bool(self.tools) and self.tool_choice != "none"
+        return bool(self.tools or self.custom) and self.tool_choice != "none"
 
     @property
     def names(self) -> list[str]:
-        return [t["function"]["name"] for t in self.tools]
+        return [t["function"]["name"] for t in self.tools] + [c.name for c in self.custom]
+
+    @property
+    def custom_names(self) -> list[str]:
+        return [c.name for c in self.custom]
+
+    @property
+    def template_tools(self) -> tuple[dict[str, Any], ...]:
+        """Every tool as the chat template reads it, custom ones as functions."""
+        return self.tools + tuple(c.as_function() for c in self.custom)
 
 
 def parse_structure(body: dict[str, Any]) -> Structure:
@@ -155,7 +192,7 @@ def _tool_choice(value: Any, tools: Sequence[dict[str, Any]]) -> str:
 
 def check_template(template: str | None, rendered_with_tools: str, structure: Structure) -> None:
     """400 unless the model's chat template shows the tools and calls them in a known format."""
-    if not structure.tools:
+    if not structure.tools and not structure.custom:
         return
     if not template:
         raise invalid("tools", "this model has no chat template, so it cannot be given tools", "unsupported_parameter")
@@ -169,42 +206,59 @@ def check_template(template: str | None, rendered_with_tools: str, structure: St
 
 def tool_grammar(structure: Structure, open_token: int, close_token: int) -> Grammar | None:
     """The answer's grammar: text or calls (auto), calls (required), one call of the named
-    function; each call's JSON is {"name": <a tool>, "arguments": <its parameters>}."""
+    tool; a function call's JSON is {"name": <a tool>, "arguments": <its parameters>}, a
+    custom tool's call its name line and then its input under its own grammar."""
     if not structure.calls_tools:
         return None
     names = structure.names if structure.tool_choice in ("auto", "required") else [structure.tool_choice]
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in structure.tools}
-    call_schema = {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "arguments": by_name[n]},
-                              "required": ["name", "arguments"], "additionalProperties": False} for n in names],
-                   "x-guidance": JSON_OPTIONS}
-    call = f'call: <[{open_token}]> "\\n" %json {json.dumps(call_schema)} "\\n" <[{close_token}]>'
+    rules, alternatives = [], []
+    functions = [n for n in names if n in by_name]
+    if functions:
+        call_schema = {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "arguments": by_name[n]},
+                                  "required": ["name", "arguments"], "additionalProperties": False}
+                                 for n in functions], "x-guidance": JSON_OPTIONS}
+        rules.append(f'function_call: <[{open_token}]> "\\n" %json {json.dumps(call_schema)} "\\n" <[{close_token}]>')
+        alternatives.append("function_call")
+    for i, tool in enumerate(c for c in structure.custom if c.name in names):
+        head = json.dumps(json.dumps({"name": tool.name}) + "\n")
+        rules.append(f'custom_call_{i}: <[{open_token}]> "\\n" {head} custom_input_{i} "\\n" <[{close_token}]>')
+        rules.append(f"custom_input_{i}: {tool.grammar_rule()}")
+        alternatives.append(f"custom_call_{i}")
     several = structure.parallel and structure.tool_choice in ("auto", "required")
     # a newline may end the calls: some models (Qwen2.5-Coder) write one after </tool_call>
     # before their end token; where a newline could only start another call, they called on and on
     calls = 'calls: call ("\\n" call)* "\\n"?' if several else 'calls: call "\\n"?'
     start = "start: TEXT | calls\nTEXT: /[^<](.|\\n)*/" if structure.tool_choice == "auto" else "start: calls"
-    return compile_grammar("lark", f"{start}\n{calls}\n{call}\n")
+    body = "\n".join([start, calls, "call: " + " | ".join(alternatives), *rules])
+    return compile_grammar("lark", body + "\n")
 
 
 @dataclass
 class ToolCall:
     name: str
-    arguments: str  # JSON text, as the OpenAI API carries it
+    arguments: str  # JSON text, as the OpenAI API carries it; a custom tool's input text
     id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    custom: bool = False  # a freeform tool's call
 
     def to_json(self, index: int | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "type": "function",
-                               "function": {"name": self.name, "arguments": self.arguments}}
+        out: dict[str, Any] = {"id": self.id, "type": "custom", "custom": {"name": self.name, "input": self.arguments}} \
+            if self.custom else {"id": self.id, "type": "function",
+                                 "function": {"name": self.name, "arguments": self.arguments}}
         if index is not None:
             out["index"] = index
         return out
 
 
-def parse_calls(text: str, names: Sequence[str]) -> tuple[str, list[ToolCall]]:
+def parse_calls(text: str, names: Sequence[str], custom: Sequence[str] = ()) -> tuple[str, list[ToolCall]]:
     """(content, calls) of an answer: each `<tool_call>` block naming a known tool with an
-    object of arguments is a call; everything else is content."""
+    object of arguments is a call, as is a custom tool's name line with the input after
+    it; everything else is content."""
     calls: list[ToolCall] = []
     for block in _CALL_RE.findall(text):
+        if (call := _custom_call(block, custom)) is not None:
+            calls.append(call)
+            continue
         try:
             obj = json.loads(block)
         except ValueError:
@@ -215,13 +269,32 @@ def parse_calls(text: str, names: Sequence[str]) -> tuple[str, list[ToolCall]]:
     return content, calls
 
 
+def _custom_call(block: str, custom: Sequence[str]) -> ToolCall | None:
+    """A custom tool's call: `\n{"name": ...}\n` + input + `\n` (the grammar's form)."""
+    if not custom:
+        return None
+    head, newline, rest = block.lstrip("\n").partition("\n")
+    try:
+        obj = json.loads(head)
+    except ValueError:
+        return None
+    if not newline or not isinstance(obj, dict) or obj.get("name") not in custom or "arguments" in obj:
+        return None
+    return ToolCall(obj["name"], rest.removesuffix("\n"), custom=True)
+
+
+def custom_call_text(name: str, text: str) -> str:
+    """A custom tool's earlier call as the model wrote it (for the conversation so far)."""
+    return f"{OPEN}\n{json.dumps({'name': name})}\n{text}\n{CLOSE}"
+
+
 class CallStream:
     """Splits streamed text into content and finished tool calls: text that may still
     open a call is held back; once it does, nothing is content and each closed block is
     a call."""
 
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = list(names)
+    def __init__(self, structure: Structure) -> None:
+        self.names, self.custom = structure.names, structure.custom_names
         self.text = ""
         self._sent = 0  # characters of `text` let out as content, or consumed as calls
         self.calls: list[ToolCall] = []
@@ -241,7 +314,7 @@ class CallStream:
                 return out, []
         new: list[ToolCall] = []
         while (end := self.text.find(CLOSE, self._sent)) >= 0:
-            _, found = parse_calls(self.text[self._sent:end + len(CLOSE)], self.names)
+            _, found = parse_calls(self.text[self._sent:end + len(CLOSE)], self.names, self.custom)
             new += found
             self._sent = end + len(CLOSE)
         self.calls += new

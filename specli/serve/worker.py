@@ -348,7 +348,7 @@ class Worker:
         finish: str | None = None
         stop_string: str | None = None
         structure = job.request.structure
-        calls = CallStream(structure.names) if structure is not None and structure.calls_tools else None
+        calls = CallStream(structure) if structure is not None and structure.calls_tools else None
         constraint = Constraint(job.grammar, rt.target.vocab) if job.grammar is not None else None
         # a whole answer's reader waits for the Outcome alone: no wake-up of the event loop a step
         # (its Python work on one of two cores competes with the decode: 34 against 37 ms a step)
@@ -383,7 +383,7 @@ class Worker:
         queue_s = (job.t_start or job.t_arrival) - job.t_arrival
         text, found = "".join(parts), list[ToolCall]()
         if calls is not None:
-            text, found = parse_calls(text, calls.names)
+            text, found = parse_calls(text, calls.names, calls.custom)
             found[:len(calls.calls)] = calls.calls  # the ids already streamed
         reason: OpenAIFinish = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
         job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
@@ -432,8 +432,8 @@ def _request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
         roles = [m["role"] for m in msgs]
         simple = roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
         structure = request.structure
-        if structure is not None and structure.tools and not s.raw:
-            tools = structure.tools
+        if structure is not None and structure.template_tools and not s.raw:
+            tools = structure.template_tools
             full = [*([{"role": "system", "content": system}] if system else []), *msgs]
             rendered = rt.target.apply_chat_template(full, True, tools) if rt.target.chat_template else ""
             check_template(rt.target.chat_template, rendered, structure)

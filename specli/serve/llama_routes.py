@@ -1,0 +1,161 @@
+"""llama-server's own routes that tools call besides the generation APIs: `/tokenize`,
+`/detokenize`, `/apply-template` and `/props` answer as llama-server does for the same
+input; `/slots` lists each slot's state (behind the key, like /metrics)."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import anyio
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from specli.runtime import Runtime
+from specli.serve.context import authorize, read_json, served_of
+from specli.serve.errors import invalid
+from specli.serve.requests import kind_of, parse_request
+from specli.serve.worker import Job
+
+
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    v = body.get(key, default)
+    if not isinstance(v, bool):
+        raise invalid(key, f"{key} must be true or false, got {kind_of(v)}", "invalid_type")
+    return v
+
+
+def _piece(raw: bytes) -> str | list[int]:
+    """A token's text, or its bytes where they are not whole UTF-8 (llama-server's rule)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
+
+
+def tokenize_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    """`content` (a string, or strings and token ids mixed) as token ids; special-token
+    text parsed unless parse_special is false; BOS only with add_special."""
+    content = body.get("content")
+    if content is None:
+        return {"tokens": []}
+    add_special, parse_special = _flag(body, "add_special", False), _flag(body, "parse_special", True)
+    items = content if isinstance(content, list) else [content]
+    tokens: list[int] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            tokens += rt.target.tokenize(item, add_special=add_special and i == 0, parse_special=parse_special)
+        elif isinstance(item, int) and not isinstance(item, bool) and 0 <= item < rt.target.n_vocab:
+            tokens.append(item)
+        else:
+            raise invalid("content", "content must be a string, or an array of strings and token ids", "invalid_type")
+    if not _flag(body, "with_pieces", False):
+        return {"tokens": tokens}
+    vocab = rt.target.vocab
+    return {"tokens": [{"id": t, "piece": _piece(vocab.spelled(t))} for t in tokens]}
+
+
+def detokenize_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    tokens = body.get("tokens", [])
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                and 0 <= t < rt.target.n_vocab for t in tokens):
+        raise invalid("tokens", f"tokens must be an array of token ids below {rt.target.n_vocab}", "invalid_type")
+    return {"content": rt.target.vocab.detokenize(tokens, special=True)}
+
+
+def apply_template_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    """A chat completions body's messages (and tools) rendered by the model's template,
+    ready for the assistant's turn, as the text a completion would be given."""
+    if not rt.target.chat_template:
+        raise invalid("messages", "this model has no chat template", "unsupported_parameter")
+    req = parse_request({k: v for k, v in body.items() if k in ("messages", "tools", "tool_choice", "model")}, "chat")
+    tools = req.structure.template_tools if req.structure is not None else ()
+    return {"prompt": rt.target.apply_chat_template(list(req.messages), True, tools)}
+
+
+async def tokenize(request: HttpRequest) -> Response:
+    """POST /tokenize"""
+    served = served_of(request)
+    authorize(request, served.config.api_key)
+    body = await read_json(request, served.config.max_body)
+    rt = served.worker.ready_runtime()
+    return JSONResponse(await anyio.to_thread.run_sync(tokenize_reply, rt, body))
+
+
+async def detokenize(request: HttpRequest) -> Response:
+    """POST /detokenize"""
+    served = served_of(request)
+    authorize(request, served.config.api_key)
+    body = await read_json(request, served.config.max_body)
+    return JSONResponse(detokenize_reply(served.worker.ready_runtime(), body))
+
+
+async def apply_template(request: HttpRequest) -> Response:
+    """POST /apply-template"""
+    served = served_of(request)
+    authorize(request, served.config.api_key)
+    body = await read_json(request, served.config.max_body)
+    rt = served.worker.ready_runtime()
+    return JSONResponse(await anyio.to_thread.run_sync(apply_template_reply, rt, body))
+
+
+async def props(request: HttpRequest) -> Response:
+    """GET /props: context size, template, model and build, in llama-server's fields."""
+    served = served_of(request)
+    worker, config = served.worker, served.config
+    rt = worker.ready_runtime()
+    s = worker.settings
+    vocab = rt.target.vocab
+    info = vocab.info()
+    params = {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p, "seed": s.seed,
+              "n_predict": worker.max_tokens_cap or -1}
+    return JSONResponse({
+        "default_generation_settings": {"n_ctx": rt.target.n_ctx, "params": params},
+        "total_slots": worker.parallel, "model_alias": config.model_id, "model_path": str(rt.target.path),
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
+        # as Jinja reads it (and llama-server shows it): one trailing newline dropped
+        "chat_template": (rt.target.chat_template or "").removesuffix("\n"),
+        "bos_token": vocab.detokenize([info.bos], special=True) if info.bos >= 0 else "",
+        "eos_token": vocab.detokenize([info.eos], special=True) if info.eos >= 0 else "",
+        "build_info": _build_info(), "is_sleeping": False,
+        "specli": {"draft": str(rt.draft.path) if rt.draft is not None else None, "drafter": s.drafter},
+    })
+
+
+def _build_info() -> str:
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return f"specli {version('specli')} (llama-cpp-python {version('llama_cpp_python')})"
+
+
+async def slots(request: HttpRequest) -> Response:
+    """GET /slots: each slot's state (its request while it serves one)."""
+    served = served_of(request)
+    authorize(request, served.config.api_key)
+    worker = served.worker
+    rt = worker.ready_runtime()
+    out = []
+    for slot in worker.slots.slots if worker.slots is not None else []:
+        job = slot.job if isinstance(slot.job, Job) else None
+        state: dict[str, Any] = {"id": slot.index, "n_ctx": rt.target.n_ctx, "speculative": worker.settings.drafter
+                                 != "none", "is_processing": job is not None, "n_cached_tokens": slot.rt.target.n_past}
+        if job is not None:
+            state.update({"id_task": job.id, "n_prompt_tokens": len(job.prompt), "endpoint": job.request.endpoint
+                          or job.request.kind})
+        out.append(state)
+    return JSONResponse(out)
+
+
+ROUTES = [
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
+    Route("/apply-template", apply_template, methods=["POST"]),
+    Route("/props", props, methods=["GET"]),
+    Route("/slots", slots, methods=["GET"]),
+]
