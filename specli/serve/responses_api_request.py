@@ -4,7 +4,7 @@ messages as chat templates read them, function, namespace and custom tools into 
 `Structure`, sampling into `Options`. Every problem is a 400 naming the field. Pure: the
 stored conversation a `previous_response_id` names is looked up by the caller.
 
-What the fields do here (docs/routes.md says it to users): `reasoning`, `include`,
+What the fields do here (docs/agents.md says it to users): `reasoning`, `include`,
 `prompt_cache_key`, `metadata`, `user`, `safety_identifier`, `service_tier`,
 `truncation` and `client_metadata` are accepted and change nothing but the echo;
 `store` (default true, as OpenAI's) keeps the response for `previous_response_id`;
