@@ -45,6 +45,23 @@ class VocabInfo:
 
 
 @dataclass(frozen=True)
+class FimTokens:
+    """A model's fill-in-the-middle tokens (None where its GGUF has none): prefix, suffix
+    and middle markers, and the repository and file separators of repo-level prompts."""
+
+    pre: int | None
+    suf: int | None
+    mid: int | None
+    rep: int | None = None
+    sep: int | None = None
+
+    @property
+    def missing(self) -> list[str]:
+        """The markers a fill-in-the-middle prompt needs that this model lacks."""
+        return [name for name, t in (("prefix", self.pre), ("suffix", self.suf), ("middle", self.mid)) if t is None]
+
+
+@dataclass(frozen=True)
 class Verdict:
     """Outcome of verifying one draft: keep draft[:n_accepted], then next_token."""
 

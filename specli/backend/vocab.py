@@ -14,7 +14,7 @@ from specli.backend.loader import check_gguf_header, load_model_ptr
 from specli.backend.system import LoadOptions
 from specli.errors import BackendError
 from specli.gguf.format import tokens_digest
-from specli.types import VocabInfo
+from specli.types import FimTokens, VocabInfo
 
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 
@@ -38,6 +38,16 @@ class Vocab:
             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(p)),
             add_eos=bool(llama_cpp.llama_vocab_get_add_eos(p)),
         )
+
+    def fim(self) -> FimTokens:
+        """The GGUF's fill-in-the-middle tokens (llama.cpp's LLAMA_TOKEN_NULL: None)."""
+        def token(fn: Any) -> int | None:
+            t = int(fn(self._ptr))
+            return t if t >= 0 else None
+
+        return FimTokens(token(llama_cpp.llama_vocab_fim_pre), token(llama_cpp.llama_vocab_fim_suf),
+                         token(llama_cpp.llama_vocab_fim_mid), token(llama_cpp.llama_vocab_fim_rep),
+                         token(llama_cpp.llama_vocab_fim_sep))
 
     def key(self) -> str:
         """A hash of every token's text: equal for models that share token ids, and to

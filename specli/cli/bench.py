@@ -31,7 +31,9 @@ def bench(
     prompts: Annotated[Path | None, typer.Option(help="Prompt file: Spec-Bench or HumanEval JSONL, or text "
                                                       "(one prompt a line).")] = None,
     suite: Annotated[str | None, typer.Option(help="Built-in prompts: code, edit, chat, summarize, rag, math "
-                                                   "or all (default: all, unless --prompts).")] = None,
+                                                   "or all (default: all, unless --prompts); fim: "
+                                                   "fill-in-the-middle holes over /infill against "
+                                                   "each --peer's llama-server.")] = None,
     modes: Annotated[str | None, typer.Option(help="Modes, DRAFTER[:key=value,...] comma-separated, "
                                                    "k = draft_max; the baseline is always run "
                                                    "(default: baseline,draft,ngram).")] = None,
@@ -71,6 +73,12 @@ def bench(
         categories=categories, turns=turns, warmup=warmup, warm_history=warm_history, overrides=overrides,
         recalibrate=recalibrate,
     )
+    if suite == "fim":  # fill-in-the-middle: its own tasks and servers
+        from rich.console import Console
+
+        from specli.bench.fim import fim_command
+
+        raise typer.Exit(fim_command(opts, Console(highlight=False)))
     if clients is not None:
         from rich.console import Console
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from specli import profiles
 from specli import serve as serve_defaults  # light: constants only
 from specli.cli.bench import bench_app
+from specli.cli.complete import complete
 from specli.cli.guard import err_console, guarded, print_notes
 from specli.cli.manage import cache_app, profiles_app
 from specli.cli.models import models_app
@@ -44,6 +45,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(models_app, name="models")
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(cache_app, name="cache")
+app.command()(complete)
 
 
 @app.callback()

@@ -24,14 +24,16 @@ from specli.runtime.prompt_cache import default_dir
 from specli.serve import errors, llama_routes, messages, responses, responses_api
 from specli.serve.context import AppConfig, Served, authorize, read_json, served_of
 from specli.serve.errors import ApiError
+from specli.serve.infill import INFILL
 from specli.serve.messages_request import parse_messages
 from specli.serve.metrics import ServerMetrics
 from specli.serve.openai_chat import CHAT, COMPLETIONS
+from specli.serve.prompts import request_tokens
 from specli.serve.protocol import ErrorReply, Protocol
 from specli.serve.response_store import ResponseStore
 from specli.serve.responses import Ids, Outcome
 from specli.serve.responses_api_request import parse_responses
-from specli.serve.worker import Job, Pushed, Worker, request_tokens
+from specli.serve.worker import Job, Pushed, Worker
 
 __all__ = ["AppConfig", "create_app"]
 
@@ -57,6 +59,11 @@ async def chat(request: HttpRequest) -> Response:
 async def completions(request: HttpRequest) -> Response:
     """POST /v1/completions"""
     return await _generation(request, COMPLETIONS)
+
+
+async def infill(request: HttpRequest) -> Response:
+    """POST /infill (llama-server's fill-in-the-middle)"""
+    return await _generation(request, INFILL)
 
 
 async def anthropic_messages(request: HttpRequest) -> Response:
@@ -143,6 +150,7 @@ async def stored_response(request: HttpRequest) -> Response:
 ROUTES = [
     Route("/v1/chat/completions", chat, methods=["POST"]),
     Route("/v1/completions", completions, methods=["POST"]),
+    Route("/infill", infill, methods=["POST"]),
     Route("/v1/messages", anthropic_messages, methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     Route("/v1/responses", responses_create, methods=["POST"]),

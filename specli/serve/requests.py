@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from specli.profiles import SPECS
 from specli.profiles.spec import Bad
+from specli.runtime.fim import EditorStops, FimFields, first_code_line
 from specli.serve.errors import invalid
 from specli.serve.tools import Structure, parse_structure
 
@@ -37,10 +38,12 @@ class Options:
     return_tokens: bool = False
     grammar_drafts: bool | None = None  # under a grammar, draft the tokens it forces
     prediction: str | None = None  # OpenAI's predicted output: a draft source
+    suffix_stop: bool = True  # a fill-in-the-middle completion ends where it writes the suffix's first line
     logprobs: int | None = None  # None: none returned; else the emitted tokens' and this many alternatives
     logit_bias: tuple[tuple[int, float], ...] = ()
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    editor: EditorStops = EditorStops()  # llama-server's n_indent and t_max_predict_ms, a FIM's suffix stop
 
 
 @dataclass(frozen=True)
@@ -58,11 +61,12 @@ class Request:
     endpoint: str = ""  # the route's name in logs and /metrics (default: kind)
     reasoning: bool = False  # a leading <think>...</think> of the answer is reasoning, apart from the text
     protocol_data: Any = None  # what a protocol keeps for its own answer (the Responses API's echo)
+    fim: FimFields | None = None  # a fill-in-the-middle completion: its prompt comes from these
 
 
 # parameters specli cannot honour: accepted only at the value that asks for nothing
 _UNSUPPORTED_UNLESS: dict[str, tuple[Any, ...]] = {
-    "n": (1,), "best_of": (1,), "echo": (False,), "suffix": ("",),
+    "n": (1,), "best_of": (1,), "echo": (False,),
     "functions": ([],), "function_call": ("none",), "modalities": (["text"],),
     "audio": (), "reasoning_effort": (), "web_search_options": (),
 }
@@ -75,11 +79,11 @@ MAX_TOP_LOGPROBS = {"chat": 20, "completion": 5}  # OpenAI's caps
 _CHAT_ONLY = frozenset({"messages", "max_completion_tokens", "stream_options", "tools", "tool_choice",
                         "parallel_tool_calls", "functions", "function_call", "response_format", "modalities",
                         "audio", "reasoning_effort", "web_search_options", "top_logprobs"})
-_COMPLETION_ONLY = frozenset({"prompt", "echo", "suffix", "best_of"})
+_COMPLETION_ONLY = frozenset({"prompt", "echo", "suffix", "best_of", "n_indent", "t_max_predict_ms"})
 _COMMON = frozenset({"model", "prediction", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
                      "max_tokens", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
                      "presence_penalty", "user", "metadata", "store", "service_tier", "cache_prompt", "specli"})
-_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens", "grammar_drafts")
+_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens", "grammar_drafts", "suffix_stop")
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -151,8 +155,25 @@ def parse_request(body: dict[str, Any], kind: Literal["chat", "completion"]) -> 
     if kind == "chat":
         return Request(kind, model, options, messages=_messages(body.get("messages")), stream=stream,
                        include_usage=include_usage, structure=parse_structure(body))
-    return Request(kind, model, options, prompt=_prompt(body.get("prompt")), stream=stream,
-                   include_usage=include_usage)
+    prompt = _prompt(body.get("prompt"))
+    suffix = body.get("suffix")
+    if suffix is not None and not isinstance(suffix, str):
+        raise invalid("suffix", f"suffix must be a string, got {kind_of(suffix)}", "invalid_type")
+    fim = FimFields(prompt, suffix) if suffix else None
+    if fim is not None:
+        options = replace(options, editor=editor_stops(body, fim, options))
+    return Request(kind, model, options, prompt=prompt, stream=stream, include_usage=include_usage, fim=fim)
+
+
+def editor_stops(body: dict[str, Any], fim: FimFields | None, options: Options) -> EditorStops:
+    """llama-server's `n_indent` and `t_max_predict_ms`, and (unless `specli.suffix_stop`
+    is false) a fill-in-the-middle completion's stop at the suffix's first line of code."""
+    n_indent, t_max = _opt_int(body, "n_indent") or 0, _opt_int(body, "t_max_predict_ms") or 0
+    for key, v in (("n_indent", n_indent), ("t_max_predict_ms", t_max)):
+        if v < 0:
+            raise invalid(key, f"{key} must be 0 (off) or more, got {v}")
+    line = first_code_line(fim.suffix) if fim is not None and options.suffix_stop else None
+    return EditorStops(n_indent, t_max, line)
 
 
 def _same(a: Any, b: Any) -> bool:

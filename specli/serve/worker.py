@@ -23,16 +23,18 @@ from typing import Any, Literal
 from specli.engine import FINISH_STOP, generate, metrics
 from specli.engine.adjust import Adjust
 from specli.engine.grammar import Constraint, Grammar, tokenizer_for
-from specli.errors import SpecliError, TemplateError, UsageError
+from specli.errors import SpecliError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
-from specli.runtime import Runtime, open_runtime, prompting
+from specli.runtime import Runtime, open_runtime
+from specli.runtime.fim import EDITOR_STOPS, EditorText
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors
 from specli.serve.errors import ApiError, invalid
-from specli.serve.requests import Request, fold_system
+from specli.serve.prompts import answer_grammar
+from specli.serve.requests import Request
 from specli.serve.responses import OpenAIFinish, Outcome, logprob_entries
-from specli.serve.tools import CallStream, ToolCall, check_template, parse_calls, tool_grammar
+from specli.serve.tools import CallStream, ToolCall, parse_calls
 
 State = Literal["loading", "ready", "failed", "stopping"]
 WARMUP_PROMPT = "Say hello."  # any short prompt: the warm-up only has to run every stage once
@@ -353,6 +355,7 @@ class Worker:
         # a whole answer's reader waits for the Outcome alone: no wake-up of the event loop a step
         # (its Python work on one of two cores competes with the decode: 34 against 37 ms a step)
         send: Callable[[Pushed], None] = job.push if job.request.stream else (lambda item: None)
+        editor = EditorText(o.editor, time.perf_counter()) if o.editor.any else None
         events = generate(rt.target, job.prompt, config, drafter, constraint=constraint)
         try:
             for ev in events:
@@ -360,15 +363,18 @@ class Worker:
                 tokens.extend(ev.tokens)
                 if lps is not None and ev.logprobs:
                     pending += logprob_entries(ev.logprobs, rt.target.vocab.piece)
-                if ev.text:
-                    parts.append(ev.text)
+                piece = ev.text if editor is None else editor.push(ev.text)
+                if editor is not None and editor.stopped:
+                    finish = editor.stopped
+                if piece:
+                    parts.append(piece)
                     if calls is None:
-                        send(Delta(ev.text, logprobs=pending if lps is not None else None))
+                        send(Delta(piece, logprobs=pending if lps is not None else None))
                         if lps is not None:
                             lps, pending = lps + pending, []
                     else:
                         n_before = len(calls.calls)
-                        content, new = calls.push(ev.text)
+                        content, new = calls.push(piece)
                         if content or new:
                             send(Delta(content, tuple(enumerate(new, n_before)), pending if lps is not None else None))
                             if lps is not None:
@@ -376,75 +382,20 @@ class Worker:
                 self.on_progress(job, counters)
                 if finish is None and (job.cancelled.is_set() or self.state != "ready"):
                     finish = "cancelled" if job.cancelled.is_set() else "terminated"
+                if finish in EDITOR_STOPS or finish in ("cancelled", "terminated"):
                     break
         finally:
             events.close()
+        if editor is not None and (tail := editor.flush()):
+            parts.append(tail)
+            send(Delta(tail))
         finish = finish or "length"
         queue_s = (job.t_start or job.t_arrival) - job.t_arrival
         text, found = "".join(parts), list[ToolCall]()
         if calls is not None:
             text, found = parse_calls(text, calls.names, calls.custom)
             found[:len(calls.calls)] = calls.calls  # the ids already streamed
-        reason: OpenAIFinish = "length" if finish != FINISH_STOP else "tool_calls" if found else "stop"
+        reason: OpenAIFinish = "length" if finish not in (FINISH_STOP, "suffix") else "tool_calls" if found else "stop"
         job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
                          lps + pending if lps is not None else None, stop_string))
         return counters, finish
-
-
-def answer_grammar(rt: Runtime, request: Request) -> Grammar | None:
-    """The grammar a chat request's answer follows: its response_format's, or its tool
-    calls' (400 where the model's vocabulary lacks the call tags as tokens)."""
-    structure = request.structure
-    if structure is None:
-        return None
-    if structure.response_format is not None:
-        return structure.response_format
-    if not structure.calls_tools:
-        return None
-    tags = [rt.target.tokenize(tag, add_special=False, parse_special=True) for tag in ("<tool_call>", "</tool_call>")]
-    if any(len(t) != 1 for t in tags):
-        raise invalid("tools", "this model's vocabulary has no <tool_call> tokens, so its calls cannot be parsed",
-                      "unsupported_parameter")
-    return tool_grammar(structure, tags[0][0], tags[1][0])
-
-
-def request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
-    """The target's tokens for a request: a completion's prompt as text (special-token
-    text parsed, as llama-server does), a chat through the same builder as `chat` and
-    `generate` (a system message, alternating turns ending with the user's), or any
-    other order of messages through the model's chat template; where the template
-    refuses a system message past the first, with it folded into a user turn."""
-    try:
-        return _request_tokens(rt, request, s)
-    except TemplateError as e:
-        folded = fold_system(request.messages)
-        if folded == request.messages:
-            raise invalid("messages", e.one_line()) from None
-        return _request_tokens(rt, replace(request, messages=folded), s)
-
-
-def _request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
-    try:
-        if request.kind == "completion":
-            return rt.target.tokenize(request.prompt, add_special=True, parse_special=True)
-        msgs = list(request.messages)
-        system = msgs.pop(0)["content"] if msgs and msgs[0]["role"] == "system" else s.system
-        roles = [m["role"] for m in msgs]
-        simple = roles == ["user", "assistant"] * (len(roles) // 2) + ["user"]
-        structure = request.structure
-        if structure is not None and structure.template_tools and not s.raw:
-            tools = structure.template_tools
-            full = [*([{"role": "system", "content": system}] if system else []), *msgs]
-            rendered = rt.target.apply_chat_template(full, True, tools) if rt.target.chat_template else ""
-            check_template(rt.target.chat_template, rendered, structure)
-            return rt.target.chat_tokens(full, tools=tools)
-        if simple and not any("tool_calls" in m for m in msgs):
-            return prompting.prompt_tokens(rt.target, msgs[-1]["content"], msgs[:-1], system=system, raw=s.raw)
-        if s.raw or not rt.target.chat_template:
-            raise invalid("messages", "without a chat template, messages must be alternating user and assistant "
-                                      "turns that end with the user's (or use /v1/completions)")
-        return rt.target.chat_tokens([*([{"role": "system", "content": system}] if system else []), *msgs])
-    except TemplateError:
-        raise
-    except UsageError as e:
-        raise invalid("messages" if request.kind == "chat" else "prompt", e.one_line()) from None
