@@ -72,6 +72,7 @@ def test_editor_stops() -> None:
     assert stops.check("x = 1\n    y = 2\n  z") == (len("x = 1\n    y = 2\n  "), "indent")
     assert stops.check("x\n    return total\n") == (2, "suffix")
     assert stops.check("x\n    return total") is None  # a line is judged once it ends
+    assert stops.check("x\n    y\n\n    z") == (len("x\n    y\n"), "indent")  # an empty line ends it too
     text = EditorText(stops, 0.0)
     sent = [text.push(p, 0.0) for p in ("x = 1", "\n    y", " = 2\n    re", "turn total\n", "def f():")]
     assert sent == ["x = 1", "\n", "    y = 2\n", "", ""] and text.stopped == "suffix"

@@ -116,12 +116,14 @@ class EditorStops:
 
     def check(self, text: str) -> tuple[int, str] | None:
         """(where to cut `text`, why: indent / suffix) once a line stops it; None while
-        it goes on. As llama-server: a line with code indented less than n_indent is
-        cut after its indentation."""
+        it goes on. As llama-server: a line indented less than n_indent (an empty line
+        too) is cut after its indentation."""
         start = 0
         for end in [*_line_ends(text), len(text)]:
             line = text[start:end]
-            if start > 0 and line.strip():  # the cursor's own line is the prefix's: never judged
+            # a line is judged once anything but its indentation shows, its end included (so
+            # an empty line ends it, as in llama-server); the cursor's own line never is
+            if start > 0 and (line.lstrip(" \t") or end < len(text)):
                 if self.n_indent and _indent(line) < self.n_indent:
                     return start + _indent(line), "indent"
                 if self.suffix_line is not None and end < len(text) and line.strip() == self.suffix_line:
