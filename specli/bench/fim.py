@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from http.client import HTTPConnection
@@ -44,6 +46,8 @@ class Answer:
     forwards: int | None  # target forwards (specli), None where the server does not say
     stop_type: str
     finish: str  # specli's own finish reason ("suffix": it wrote the suffix's first line)
+    prompt_ms: float = 0.0  # the servers' own timings: prefill
+    predicted_ms: float = 0.0  # and decode
     passed: bool = False
 
 
@@ -70,7 +74,8 @@ def ask(system: str, base: str, hole: Hole, extra: dict[str, Any] | None = None)
     figures = out.get("specli") or {}
     answer = Answer(system, hole.id, hole.multiline, out["content"], wall, t.get("prompt_n", 0), t.get("cache_n", 0),
                     t.get("predicted_n", out.get("tokens_predicted", 0)), figures.get("target_forwards"),
-                    out.get("stop_type", ""), figures.get("finish_reason", out.get("stop_type", "")))
+                    out.get("stop_type", ""), figures.get("finish_reason", out.get("stop_type", "")),
+                    t.get("prompt_ms", 0.0), t.get("predicted_ms", 0.0))
     answer.passed = passes(hole.filled(answer.text), hole.tests)
     return answer
 
@@ -92,7 +97,10 @@ def run_systems(opts: BenchOptions, console: Console) -> tuple[list[Answer], lis
     s = profiles.resolve_settings(opts.profile, opts.base_overrides())
     holes = fim_holes()
     peers = list(opts.peer) if isinstance(opts.peer, list) else [opts.peer] if opts.peer else []
-    servers: list[tuple[str, Any]] = [("specli", lambda: SpecliServer(serve_args(opts, s, 1)))]
+    # a history store of its own: what earlier runs generated (the same holes) drafts nothing here
+    history = tempfile.mkdtemp(prefix="specli-fim-history-")
+    servers: list[tuple[str, Any]] = [("specli", lambda: SpecliServer(serve_args(opts, s, 1),
+                                                                      env={"SPECLI_HISTORY_DIR": history}))]
     bin_dir = binaries_dir(importlib.metadata.version("llama_cpp_python"))
     target, draft = registry.resolve(s.target), registry.resolve(s.draft) if s.draft else None
     for t in spec_types(peers):
@@ -115,6 +123,7 @@ def run_systems(opts: BenchOptions, console: Console) -> tuple[list[Answer], lis
                 typing += keystrokes(system, srv.base, extra)
         finally:
             srv.stop()
+    shutil.rmtree(history, ignore_errors=True)
     return answers, typing
 
 
@@ -136,6 +145,7 @@ def summary(answers: list[Answer], typing: list[Answer]) -> list[dict[str, Any]]
             if forwards else None,
             "equal_to_specli_plain": sum(plain.get(a.hole) == a.text for a in mine) if plain else None,
             "suffix_stops": sum(a.finish == "suffix" for a in mine),
+            "decode_s": sum(a.predicted_ms for a in mine) / 1000, "prefill_s": sum(a.prompt_ms for a in mine) / 1000,
             "typing_median_s": statistics.median(a.wall_s for a in typed) if typed else None,
             "typing_median_prefill": statistics.median(a.prompt_n for a in typed) if typed else None,
         })
@@ -158,6 +168,8 @@ def table(rows: list[dict[str, Any]]) -> Table:
 
 
 def fim_command(opts: BenchOptions, console: Console) -> int:
+    if not console.is_terminal:  # a file or pipe: the table's columns are not squeezed into 80
+        console = Console(highlight=False, width=max(console.width, 160))
     answers, typing = run_systems(opts, console)
     rows = summary(answers, typing)
     console.print(table(rows))
