@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specli import profiles, registry
+from specli.bench.command import write_output
 from specli.bench.modes import parse_peer_spec
 from specli.bench.peers import binaries_dir
 from specli.bench.plan import BenchOptions, bench_prompts
@@ -110,11 +111,7 @@ def clients_command(opts: BenchOptions, n: int, console: Console) -> int:
     if opts.json_out:
         doc = json.dumps({"clients": n, "prompts": len(requests), "max_tokens": max_tokens,
                           "servers": [r.to_json() for r in rows.values()]}, indent=2) + "\n"
-        if opts.json_out == "-":
-            print(doc, end="")
-        else:
-            with open(opts.json_out, "w") as f:
-                f.write(doc)
+        write_output(opts.json_out, doc, "JSON")
     return 0
 
 

@@ -19,7 +19,8 @@ from specli.engine import Verifier
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, Terminated, UsageError
 
 
-def _write(path: str | Path, text: str, what: str) -> None:
+def write_output(path: str | Path, text: str, what: str) -> None:
+    """`text` to the file `path`, or to stdout for `-`."""
     if str(path) == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -66,11 +67,11 @@ def command(opts: BenchOptions, *, verifier: Verifier | None = None, console: Co
     rows = aggregate(result.records, [m.name for m in plan.modes])
     best = best_mode(plan, rows) if (opts.sweep or opts.write_profile) else None
     if opts.json_out:
-        _write(opts.json_out, json.dumps(document(result, rows, divergences, best), indent=2) + "\n", "JSON")
+        write_output(opts.json_out, json.dumps(document(result, rows, divergences, best), indent=2) + "\n", "JSON")
     if opts.csv_out:
-        _write(opts.csv_out, csv_text(result.records), "CSV")
+        write_output(opts.csv_out, csv_text(result.records), "CSV")
     if opts.markdown_out:
-        _write(opts.markdown_out, markdown_table(rows), "Markdown")
+        write_output(opts.markdown_out, markdown_table(rows), "Markdown")
     report(result, rows, divergences, console)
     if failure is not None:
         raise failure

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from specli import profiles, registry
 from specli.bench.clients import serve_args, spec_types
+from specli.bench.command import write_output
 from specli.bench.fim_tasks import Hole, fim_holes, passes
 from specli.bench.peers import binaries_dir
 from specli.bench.plan import BenchOptions
@@ -176,9 +177,5 @@ def fim_command(opts: BenchOptions, console: Console) -> int:
     if opts.json_out:
         doc = json.dumps({"rows": rows, "answers": [asdict(a) for a in answers],
                           "typing": [asdict(a) for a in typing]}, indent=2) + "\n"
-        if opts.json_out == "-":
-            print(doc, end="")
-        else:
-            with open(opts.json_out, "w") as f:
-                f.write(doc)
+        write_output(opts.json_out, doc, "JSON")
     return 0

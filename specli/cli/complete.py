@@ -13,21 +13,13 @@ from typing import Annotated, Any
 import typer
 
 from specli import profiles
+from specli.cli.files import read_text_file
 from specli.cli.guard import err_console, guarded, print_notes
 from specli.cli.options import GENERATION, JsonOpt, ProfileOpt, RecalibrateOpt, with_settings
 from specli.errors import UsageError
 from specli.runtime.fim import EDITOR_STOPS, EditorStops, EditorText, FimFields, first_code_line
 
 _CURSOR = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+)$")
-
-
-def read_file(path: Path, what: str) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise UsageError(f"{what} {path}: {e.strerror or e}", "give a readable file") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{what} {path} is not valid UTF-8 (byte {e.start})", "convert it to UTF-8") from None
 
 
 def split_at_cursor(text: str, line: int, col: int, where: str) -> tuple[str, str]:
@@ -52,12 +44,12 @@ def fields_from(cursor: str | None, prefix: Path | None, suffix: Path | None, ex
         m = _CURSOR.match(cursor)
         if m is None:
             raise UsageError(f"{cursor!r} is not FILE:LINE:COL", "e.g. src/app.py:42:9")
-        before, after = split_at_cursor(read_file(Path(m["path"]), "file"), int(m["line"]), int(m["col"]), cursor)
+        before, after = split_at_cursor(read_text_file(Path(m["path"]), "file"), int(m["line"]), int(m["col"]), cursor)
     elif prefix is not None:
-        before, after = read_file(prefix, "--prefix"), read_file(suffix, "--suffix") if suffix is not None else ""
+        before, after = read_text_file(prefix, "--prefix"), read_text_file(suffix, "--suffix") if suffix is not None else ""
     else:
         raise UsageError("no cursor given", "give FILE:LINE:COL, or --prefix FILE [--suffix FILE]")
-    return FimFields(before, after, tuple((str(p), read_file(p, "--extra")) for p in extra))
+    return FimFields(before, after, tuple((str(p), read_text_file(p, "--extra")) for p in extra))
 
 
 @guarded

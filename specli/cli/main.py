@@ -17,6 +17,7 @@ from specli import profiles
 from specli import serve as serve_defaults  # light: constants only
 from specli.cli.bench import bench_app
 from specli.cli.complete import complete
+from specli.cli.files import read_text_file
 from specli.cli.guard import err_console, guarded, print_notes
 from specli.cli.manage import cache_app, profiles_app
 from specli.cli.models import models_app
@@ -69,15 +70,6 @@ def read_prompt(prompt: str | None) -> str:
         except UnicodeDecodeError as e:
             raise UsageError(f"stdin is not valid UTF-8 (byte {e.start})", "convert the input to UTF-8") from None
     return prompt
-
-
-def read_text_file(path: Path, option: str) -> str:
-    try:
-        return path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise UsageError(f"{option} {path}: {e.strerror or e}", "give a readable file") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{option} {path} is not valid UTF-8 (byte {e.start})", "convert it to UTF-8") from None
 
 
 @app.command()

@@ -4,6 +4,7 @@ input; `/slots` lists each slot's state (behind the key, like /metrics)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -74,30 +75,29 @@ def apply_template_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
     return {"prompt": rt.target.apply_chat_template(list(req.messages), True, tools)}
 
 
-async def tokenize(request: HttpRequest) -> Response:
-    """POST /tokenize"""
+async def _reply(request: HttpRequest, answer: Callable[[Runtime, dict[str, Any]], dict[str, Any]]) -> Response:
+    """A POST route's answer to its body, worked out off the event loop (tokenizing a long
+    text takes a while)."""
     served = served_of(request)
     authorize(request, served.config.api_key)
     body = await read_json(request, served.config.max_body)
     rt = served.worker.ready_runtime()
-    return JSONResponse(await anyio.to_thread.run_sync(tokenize_reply, rt, body))
+    return JSONResponse(await anyio.to_thread.run_sync(answer, rt, body))
+
+
+async def tokenize(request: HttpRequest) -> Response:
+    """POST /tokenize"""
+    return await _reply(request, tokenize_reply)
 
 
 async def detokenize(request: HttpRequest) -> Response:
     """POST /detokenize"""
-    served = served_of(request)
-    authorize(request, served.config.api_key)
-    body = await read_json(request, served.config.max_body)
-    return JSONResponse(detokenize_reply(served.worker.ready_runtime(), body))
+    return await _reply(request, detokenize_reply)
 
 
 async def apply_template(request: HttpRequest) -> Response:
     """POST /apply-template"""
-    served = served_of(request)
-    authorize(request, served.config.api_key)
-    body = await read_json(request, served.config.max_body)
-    rt = served.worker.ready_runtime()
-    return JSONResponse(await anyio.to_thread.run_sync(apply_template_reply, rt, body))
+    return await _reply(request, apply_template_reply)
 
 
 async def props(request: HttpRequest) -> Response:

@@ -17,7 +17,7 @@ from specli.serve import responses
 from specli.serve.errors import ApiError
 from specli.serve.messages_request import parse_messages
 from specli.serve.protocol import ErrorReply, Protocol, Queue, frame
-from specli.serve.reasoning import ReasoningStream, split_reasoning
+from specli.serve.reasoning import ReasoningStream, content_frames, split_reasoning
 from specli.serve.requests import Request
 from specli.serve.responses import Ids, Outcome
 from specli.serve.tools import ToolCall
@@ -111,7 +111,7 @@ class _Blocks:
         out.append(frame({"type": "content_block_delta", "index": self.index, "delta": delta}))
         return out
 
-    def call(self, call: ToolCall) -> list[bytes]:
+    def tool_call(self, call: ToolCall) -> list[bytes]:
         out = self.start("tool_use", {"type": "tool_use", "id": tool_use_id(call), "name": call.name, "input": {}})
         out.append(frame({"type": "content_block_delta", "index": self.index,
                           "delta": {"type": "input_json_delta", "partial_json": call.arguments}}))
@@ -135,14 +135,9 @@ async def events(ids: Ids, req: Request, queue: Queue) -> AsyncIterator[bytes]:
         if isinstance(item, ApiError):
             yield frame(error(item).body)
             return
-        pieces = reasoning.push(item.text) if isinstance(item, Delta) else reasoning.flush()
-        for kind, piece in pieces:
-            for data in blocks.text(kind, piece):
-                yield data
+        for data in content_frames(item, reasoning, blocks):
+            yield data
         if isinstance(item, Delta):
-            for _, call in item.calls:
-                for data in blocks.call(call):
-                    yield data
             continue
         for data in blocks.close():
             yield data

@@ -4,6 +4,13 @@ with <think> is thinking up to </think>. For the protocols that return thinking 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from specli.serve.responses import Outcome
+from specli.serve.tools import ToolCall
+from specli.serve.worker import Delta
+
 OPEN_THINK, CLOSE_THINK = "<think>", "</think>"
 
 
@@ -61,3 +68,21 @@ class ReasoningStream:
 def _partial_tail(text: str, tag: str) -> int:
     """Length of the longest end of `text` that begins `tag`."""
     return next((n for n in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:n])), 0)
+
+
+class ContentSink(Protocol):
+    """A protocol's stream of content blocks (Messages' blocks, Responses' output items)."""
+
+    def text(self, kind: str, piece: str) -> Iterable[bytes]: ...
+
+    def tool_call(self, call: ToolCall) -> Iterable[bytes]: ...
+
+
+def content_frames(item: Delta | Outcome, reasoning: ReasoningStream, sink: ContentSink) -> Iterator[bytes]:
+    """A job's push as `sink`'s frames: its text split into thinking and text, then its
+    finished tool calls (the final Outcome: what the reasoning split still held)."""
+    for kind, piece in reasoning.push(item.text) if isinstance(item, Delta) else reasoning.flush():
+        yield from sink.text(kind, piece)
+    if isinstance(item, Delta):
+        for _, call in item.calls:
+            yield from sink.tool_call(call)

@@ -15,7 +15,7 @@ from specli.engine import metrics
 from specli.serve import errors, responses
 from specli.serve.errors import ApiError
 from specli.serve.protocol import Protocol, Queue, frame
-from specli.serve.reasoning import ReasoningStream, split_reasoning
+from specli.serve.reasoning import ReasoningStream, content_frames, split_reasoning
 from specli.serve.requests import Request
 from specli.serve.response_store import ResponseStore, Stored
 from specli.serve.responses import Ids, Outcome
@@ -229,14 +229,9 @@ def make_protocol(store: ResponseStore) -> Protocol:
                                          error={"code": item.code or item.kind.name, "message": item.message})
                 yield items.event("response.failed", response=failed)
                 return
-            pieces = reasoning.push(item.text) if isinstance(item, Delta) else reasoning.flush()
-            for kind, piece in pieces:
-                for data in items.text(kind, piece):
-                    yield data
+            for data in content_frames(item, reasoning, items):
+                yield data
             if isinstance(item, Delta):
-                for _, call in item.calls:
-                    for data in items.tool_call(call):
-                        yield data
                 continue
             for data in items.finish():
                 yield data
