@@ -265,8 +265,10 @@ def rpc_server(
     raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
 
 
-@app.command(help="Serve the pair over the OpenAI and Anthropic HTTP APIs (POST /v1/chat/completions, "
-                  "/v1/completions, /v1/messages, /v1/messages/count_tokens; GET /v1/models, /health, /metrics), --parallel requests at once in one batch per step, "
+@app.command(help="Serve the pair over the OpenAI, Anthropic and llama-server HTTP APIs (POST "
+                  "/v1/chat/completions, /v1/completions (suffix: fill in the middle), /v1/responses, /v1/messages, "
+                  "/v1/messages/count_tokens, /infill, /tokenize, /detokenize, /apply-template; GET /v1/models, "
+                  "/v1/responses/ID, /props, /slots, /health, /metrics), --parallel requests at once in one batch per step, "
                   "drafting from everything served before. Exit codes: 130 Ctrl-C, 143 SIGTERM (the running "
                   "generations end at their next step, the history is saved), others as for every command.")
 @guarded
