@@ -93,12 +93,8 @@ class Vocab:
 
     def detokenize(self, tokens: Iterable[int], special: bool = False) -> str:
         """Text of `tokens`; `special` spells control tokens out (`<|im_start|>`)."""
-        pieces = (self._special_piece(t) if special else self.piece(t) for t in tokens)
+        pieces = (self.spelled(t) if special else self.piece(t) for t in tokens)
         return b"".join(pieces).decode("utf-8", errors="replace")
-
-    def spelled(self, token: int) -> bytes:
-        """A token's bytes with control tokens spelled out (llama-server's pieces)."""
-        return self._special_piece(token)
 
     def grammar_pieces(self) -> list[bytes]:
         """Every token's bytes as a grammar engine reads them: control tokens spelled out
@@ -108,7 +104,7 @@ class Vocab:
         out = []
         for t in range(self.n_vocab):
             attr = int(llama_cpp.llama_vocab_get_attr(self._ptr, t))
-            text = self._special_piece(t) if attr & (control | user) else b""
+            text = self.spelled(t) if attr & (control | user) else b""
             special = attr & control or (attr & user and text.startswith(b"<") and text.endswith(b">"))
             out.append(b"\xff" + text if special else self.piece(t))
         return out
@@ -120,7 +116,8 @@ class Vocab:
         """Token ids of raw text (no BOS, special-token text left as text)."""
         return self.tokenize(data.decode("utf-8", errors="replace"), add_special=False, parse_special=False)
 
-    def _special_piece(self, token: int) -> bytes:
+    def spelled(self, token: int) -> bytes:
+        """A token's bytes with control tokens spelled out (`<|im_start|>`; llama-server's pieces)."""
         buf = ctypes.create_string_buffer(256)
         n = llama_cpp.llama_token_to_piece(self._ptr, token, buf, 256, 0, True)
         return buf.raw[: max(n, 0)]

@@ -114,12 +114,14 @@ class EditorStops:
     def any(self) -> bool:
         return bool(self.n_indent or self.t_max_ms or self.suffix_line)
 
-    def check(self, text: str) -> tuple[int, str] | None:
+    def check(self, text: str, start: int = 0) -> tuple[int, str] | None:
         """(where to cut `text`, why: indent / suffix) once a line stops it; None while
         it goes on. As llama-server: a line indented less than n_indent (an empty line
-        too) is cut after its indentation."""
-        start = 0
-        for end in [*_line_ends(text), len(text)]:
+        too) is cut after its indentation. `start`: where the first line not yet judged
+        begins (lines before it went on)."""
+        while True:
+            end = text.find("\n", start)
+            end = len(text) if end < 0 else end
             line = text[start:end]
             # a line is judged once anything but its indentation shows, its end included (so
             # an empty line ends it, as in llama-server); the cursor's own line never is
@@ -128,8 +130,9 @@ class EditorStops:
                     return start + _indent(line), "indent"
                 if self.suffix_line is not None and end < len(text) and line.strip() == self.suffix_line:
                     return start, "suffix"
+            if end == len(text):
+                return None
             start = end + 1
-        return None
 
 
 class EditorText:
@@ -140,6 +143,7 @@ class EditorText:
     def __init__(self, stops: EditorStops, t_start: float) -> None:
         self.stops, self.t_start = stops, t_start
         self.text, self.sent = "", 0
+        self.judged = 0  # where the line being written begins: the lines before it went on
         self.stopped: str | None = None  # indent, time or suffix
         self._hold = stops.n_indent > 0 or stops.suffix_line is not None
 
@@ -148,7 +152,8 @@ class EditorText:
         if self.stopped:
             return ""
         self.text += piece
-        cut = self.stops.check(self.text)
+        cut = self.stops.check(self.text, self.judged)  # each whole line is judged once
+        self.judged = self.text.rfind("\n") + 1
         if cut is not None:
             self.text, self.stopped = self.text[:max(cut[0], self.sent)], cut[1]
         elif self.stops.t_max_ms and "\n" in piece and \
@@ -163,10 +168,6 @@ class EditorText:
         """What was held back, at the end."""
         out, self.sent = self.text[self.sent:], len(self.text)
         return out
-
-
-def _line_ends(text: str) -> list[int]:
-    return [i for i, c in enumerate(text) if c == "\n"]
 
 
 def _indent(line: str) -> int:

@@ -32,8 +32,10 @@ class ResponseStore:
         self.folder, self.capacity = folder, capacity
         self._items: OrderedDict[str, Stored] = OrderedDict()
         self._lock = threading.Lock()
+        self._n_files = 0  # on disk, as counted at start and kept since
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
+            self._n_files = sum(1 for _ in folder.glob("resp_*.json"))
 
     def put(self, rid: str, stored: Stored) -> None:
         with self._lock:
@@ -42,10 +44,12 @@ class ResponseStore:
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
         if self.folder is not None:
-            tmp = self.folder / f".{rid}.tmp"
+            path, tmp = self.folder / f"{rid}.json", self.folder / f".{rid}.tmp"
+            self._n_files += not path.exists()
             tmp.write_text(json.dumps({"response": stored.response, "messages": stored.messages}), encoding="utf-8")
-            os.replace(tmp, self.folder / f"{rid}.json")
-            self._trim_disk()
+            os.replace(tmp, path)
+            if self._n_files > self.capacity:  # the folder is read only when it holds too many
+                self._trim_disk()
 
     def get(self, rid: str) -> Stored | None:
         """The stored response, or None (never stored, dropped, deleted, or not an id)."""
@@ -70,7 +74,7 @@ class ResponseStore:
         if self.folder is not None:
             try:
                 (self.folder / f"{rid}.json").unlink()
-                found = True
+                found, self._n_files = True, self._n_files - 1
             except OSError:
                 pass
         return found
@@ -82,11 +86,10 @@ class ResponseStore:
         with self._lock:
             kept = set(self._items)
         files = list(self.folder.glob("resp_*.json"))
-        if len(files) <= self.capacity:
-            return
         others = sorted((p for p in files if p.stem not in kept), key=_mtime)
-        for old in others[:len(files) - self.capacity]:
+        for old in others[:max(0, len(files) - self.capacity)]:
             old.unlink(missing_ok=True)
+        self._n_files = sum(1 for _ in self.folder.glob("resp_*.json"))
 
 
 def _mtime(path: Path) -> float:
