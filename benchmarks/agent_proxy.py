@@ -131,7 +131,7 @@ class Proxy:
         ex = Exchange(h.command, h.path, t_start=time.perf_counter())
         body = h.rfile.read(int(h.headers.get("content-length") or 0))
         ex.body_bytes = len(body)
-        conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=3600)
+        conn = http.client.HTTPConnection(self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=3600)
         headers = {k: v for k, v in h.headers.items() if k.lower() not in HOP}
         conn.request(h.command, h.path, body=body or None, headers=headers)
         resp = conn.getresponse()

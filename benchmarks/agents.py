@@ -177,9 +177,10 @@ class Run:
 
 
 def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
-    # the same folder and commit each run: agents put the working directory and git status in
-    # their prompts, and a user goes back to the same project (what the prompt cache is for)
-    work = agents_dir() / "work" / task.name
+    # every task in one project folder, its files committed with fixed dates: agents put the
+    # working directory in their system prompts and git status in the first message, and a
+    # user comes back to the same project for one task after another (what the cache is for)
+    work = agents_dir() / "work" / "project"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     home = agents_dir() / f"home-{name}"  # kept: opencode installs its plugin there once
@@ -262,6 +263,24 @@ def markdown(runs: list[Run]) -> str:
         lines.append(f"| {r.client} | {r.server} | {r.phase} | {r.task} | {'yes' if r.done else 'no'} | "
                      f"{r.wall_s:.1f} | {f['requests']} | {f['prompt_tokens']} | {f['cached_tokens']} | "
                      f"{f['prefilled_tokens']} | {f['decode_tps']:.1f} | {f['first_wall_s'] or 0:.1f} |")
+    return "\n".join(lines) + "\n" + "\n" + per_client(runs)
+
+
+def per_client(runs: list[Run]) -> str:
+    """Per client and phase: tasks done, protocol errors and the summed wall time on each
+    server, and llama-server's time over specli's (the issue's goal: >= 1.0x)."""
+    keys = sorted({(r.client, r.phase) for r in runs}, key=lambda k: (k[0], k[1] != "first start"))
+    lines = ["| client | phase | specli done | llama-server done | errors (specli / llama-server) | specli s | "
+             "llama-server s | llama-server / specli |", "|---|---|---|---|---|---:|---:|---:|"]
+    for client, phase in keys:
+        by = {s: [r for r in runs if (r.client, r.phase, r.server) == (client, phase, s)]
+              for s in ("specli", "llama-server")}
+        wall = {s: sum(r.wall_s for r in rs) for s, rs in by.items()}
+        done = {s: f"{sum(r.done for r in rs)}/{len(rs)}" for s, rs in by.items()}
+        errors = " / ".join(str(sum(r.figures["errors"] for r in rs)) for rs in by.values())
+        ratio = f"{wall['llama-server'] / wall['specli']:.2f}x" if wall["specli"] and wall["llama-server"] else "-"
+        lines.append(f"| {client} | {phase} | {done['specli']} | {done['llama-server']} | {errors} | "
+                     f"{wall['specli']:.1f} | {wall['llama-server']:.1f} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 

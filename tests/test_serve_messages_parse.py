@@ -226,11 +226,22 @@ def test_strict_model_refuses_other_names_in_each_protocols_shape() -> None:
         "type": "overloaded_error", "message": "the model is still loading; try again shortly"}})
 
 
-def test_claude_codes_integrity_stamp_does_not_end_the_cached_prefix() -> None:
-    def system(stamp: str) -> str:
-        head = f"x-anthropic-billing-header: cc_version=2.1.101.e51; cc_entrypoint=cli; cch={stamp};"
-        req = parse_messages({"system": [{"type": "text", "text": head}, {"type": "text", "text": "You are..."}],
-                              "messages": USER})
+def test_claude_codes_billing_line_is_not_shown_to_the_model() -> None:
+    """Claude Code's attribution line changes with each conversation's first prompt (the
+    version's last digits) and each request (cch=): off the prompt, new conversations share
+    the whole system prompt, as their tools, with the ones before."""
+    def system(fingerprint: str, stamp: str, *, one_block: bool = False) -> str:
+        head = f"x-anthropic-billing-header: cc_version=2.1.332.{fingerprint}; cc_entrypoint=sdk-cli; cch={stamp};"
+        blocks = ([{"type": "text", "text": head + "You are..."}] if one_block
+                  else [{"type": "text", "text": head}, {"type": "text", "text": "You are..."}])
+        req = parse_messages({"system": blocks, "messages": USER})
         return str(req.messages[0]["content"])
 
-    assert system("a5145") == system("0b9e2") and "cch=fffff;" in system("a5145")
+    assert system("642", "a5145") == system("934", "0b9e2") == "You are..."
+    assert system("642", "a5145", one_block=True) == "You are..."  # llama-server's example: text after the last ';'
+    assert parse_messages({"system": "x-anthropic-billing-header: cc_version=1.0.abc;\nBe brief.",
+                           "messages": USER}).messages[0]["content"] == "Be brief."
+    kept = "Quote: x-anthropic-billing-header: cch=a5145; stays where it is not the start"
+    assert parse_messages({"system": kept, "messages": USER}).messages[0]["content"] == kept
+    assert parse_messages({"system": [{"type": "text", "text": "x-anthropic-billing-header: cch=a5145;"}],
+                           "messages": USER}).messages[0]["role"] == "user"  # nothing left: no system message

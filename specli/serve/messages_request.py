@@ -25,8 +25,11 @@ from specli.serve.tools import Structure, function_tool, schema_grammar
 # Anthropic-defined tools (bash_20250124, web_search_..., text_editor_...) carry no schema:
 # their behaviour lives in Anthropic's servers or in its own client code
 CUSTOM_TOOL_TYPES = (None, "custom")
-BILLING_HEADER = "x-anthropic-billing-header:"  # as llama-server, its cch= stamp made constant
-_BILLING_STAMP = re.compile(r"(\bcch=)[0-9a-fA-F]{5};")
+# Claude Code's attribution line, first in its system prompt: "x-anthropic-billing-header:
+# cc_version=2.1.332.642; cc_entrypoint=cli; cch=a5145;" (the version's last three digits
+# hash the conversation's first prompt, cch= each request). Meant for Anthropic's billing,
+# not the model; kept, it would end the cached prefix at its first dozen tokens.
+_BILLING_HEADER = re.compile(r"x-anthropic-billing-header:(?:[ \t]*[\w.-]+=[^;\n]*;)*[ \t]*\n?")
 _IGNORED_BLOCKS = frozenset({"redacted_thinking"})
 _UNSUPPORTED_INPUT = frozenset({"image", "document", "search_result", "container_upload"})
 
@@ -78,11 +81,20 @@ def _system(value: Any) -> list[dict[str, Any]]:
     if value is None:
         return []
     blocks = [{"type": "text", "text": value}] if isinstance(value, str) else value
-    if isinstance(blocks, list):  # Claude Code's integrity stamp changes every request: it would end the cached prefix
-        blocks = [dict(b, text=_BILLING_STAMP.sub(r"\1fffff;", b["text"])) if isinstance(b, dict)
-                  and isinstance(b.get("text"), str) and b["text"].startswith(BILLING_HEADER) else b for b in blocks]
+    if isinstance(blocks, list):
+        blocks = [b for b in map(_without_billing_header, blocks) if b is not None]
     text = _text_blocks(blocks, "system")
     return [{"role": "system", "content": text}] if text else []
+
+
+def _without_billing_header(block: Any) -> Any:
+    """A system block with Claude Code's attribution line taken off its start (None where
+    the block held only that line); any other block as it is."""
+    if isinstance(block, dict) and isinstance(block.get("text"), str):
+        m = _BILLING_HEADER.match(block["text"])
+        if m:
+            return dict(block, text=block["text"][m.end():]) if m.end() < len(block["text"]) else None
+    return block
 
 
 def _block_type(block: Any, where: str) -> str:
