@@ -11,7 +11,7 @@ import pytest
 from specli.engine import GenerationConfig
 from specli.engine.core import generate_steps
 from specli.runtime.cache_files import DiskStore
-from specli.runtime.prompt_cache import MIN_ENTRY, PromptCache, identity
+from specli.runtime.prompt_cache import MIN_ENTRY, PromptCache, identity, worth_saving
 
 CONFIG = GenerationConfig(max_tokens=24)
 
@@ -68,6 +68,36 @@ def test_side_call_saves_and_main_turn_restores(smol: Any) -> None:
     assert first  # the main turn answered at all
     s = cache.stats
     assert (s.hits, s.restored_tokens) == (1, len(held)) and s.saves == 2 and s.ram_entries == 2
+
+
+def test_a_new_conversation_on_the_same_system_prompt_saves_the_last_one(smol: Any) -> None:
+    """Agents' conversations share a long system prompt and tools and differ after it: the
+    request keeps most of the live cache, but the conversation it drops comes back whole."""
+    system = conversation(smol, "tool", 30)
+    def own(topic: str) -> list[int]:
+        tail = "".join(f"U{i}: {topic} {i}? B{i}: {topic} {i} is {i * 3}.\n" for i in range(14)) + "U14:"
+        return [*system, *smol.tokenize(tail, add_special=False)]
+    first, second = own("lamp"), own("stone")
+    cache = PromptCache(smol, None, ram_bytes=2**30)
+    smol.reset()
+    cache.prepare(first)
+    answer(smol, first)
+    held = list(smol.tokens)
+    kept = len(system) + 1  # at most: the tails differ from their first word
+    assert len(held) - kept >= MIN_ENTRY and kept > len(held) // 2  # llama-server's rule would not save it
+    use = cache.prepare(second)
+    assert use.saved and use.source == "live"
+    answer(smol, second)
+    use = cache.prepare([*held, *smol.tokenize(" and more?", add_special=False)])
+    assert use.source == "ram" and use.n_restored == len(held)
+
+
+def test_worth_saving() -> None:
+    assert worth_saving(11_717, 9_434)  # a new Claude Code conversation: 2.3k of 11.7k dropped
+    assert worth_saving(2_000, 0) and worth_saving(600, 300)
+    assert not worth_saving(11_717, 11_717 - 255)  # fewer than MIN_ENTRY tokens
+    assert not worth_saving(30_000, 28_000)  # a next turn re-rendering a 2k-token answer: under an eighth
+    assert not worth_saving(0, 0)
 
 
 def test_prefix_entry_dropped_and_small_match_keeps_large_entry(smol: Any) -> None:

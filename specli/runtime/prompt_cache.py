@@ -1,15 +1,15 @@
 """A prompt cache of several conversations, around llama.cpp sequences.
 
 The target's KV cache (and the draft model's) holds one conversation: the live one. A
-request that would throw most of it away saves it first, as an entry: each model's
+request that would throw a good part of it away saves it first, as an entry: each model's
 sequence state (`llama_state_seq_get_data`) with its token list. A request restores the
 entry that saves it the most prefill, when that beats what the live cache already
 holds. Entries live in RAM, least recently used evicted first under a byte cap, and
 spill to files (`cache_files`) that outlive the server; at exit every entry and the
 live conversation are written there. llama-server's `--cache-ram` has the same shape
-(PR 16391); here an entry is also saved when the request keeps a small part of the
-live cache, not only when it keeps none, and an entry that is a prefix of a newer one
-is dropped.
+(PR 16391), which saves a slot's conversation where a request keeps less than half of
+it; here also where it keeps most of it but drops an eighth (a new conversation on the
+same system prompt and tools), and an entry that is a prefix of a newer one is dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from specli.backend import Model, StateBuffer, available_memory, build_id, resol
 from specli.runtime.cache_files import DiskStore, Header, Identity, fingerprint
 
 MIN_ENTRY = 256  # tokens: a shorter conversation is prefilled again in a few seconds
+# of the live conversation, what a request must drop for it to be saved: Claude Code's new
+# conversations share 9.4k tokens of system prompt and tools and differ in their last 2.3k
+# (20 %); a next turn drops less (the last answer, where it is rendered back otherwise)
+SAVE_SHARE = 1 / 8
 # tokens an entry must save over the live cache to be restored: a restore costs a few
 # ms from RAM, a read of tens of MiB from disk; either is repaid by 64 tokens of prefill
 MIN_GAIN = 64
@@ -96,6 +100,14 @@ class CacheStats:
     disk_cap: int = 0
 
 
+def worth_saving(n_live: int, n_kept: int) -> bool:
+    """Whether a request keeping `n_kept` of the live conversation's `n_live` tokens
+    drops enough of it to save it first (copying its state costs microseconds a token,
+    prefilling it again tens of milliseconds)."""
+    dropped = n_live - n_kept
+    return dropped >= MIN_ENTRY and dropped >= SAVE_SHARE * n_live
+
+
 def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     differ = np.flatnonzero(a[:n] != b[:n])
@@ -133,7 +145,7 @@ class PromptCache:
         best, n_best = self._best(want)
         saved = ""
         restore = best is not None and n_best > n_live + MIN_GAIN
-        if restore or (len(live) - n_live >= MIN_ENTRY and n_live < len(live) // 2):
+        if restore or worth_saving(len(live), n_live):
             saved = self.save_live()
             if restore:  # saving may have evicted it (from RAM to disk, or off the disk)
                 best, n_best = self._best(want)
