@@ -54,7 +54,7 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(20)
+            self.proc.wait(300)  # specli writes its prompt cache to disk on the way out
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()

@@ -293,7 +293,7 @@ class PromptCache:
         if self.disk is None:
             return
         self.save_live()
-        for e in list(self.entries.values()):
+        for e in sorted(self.entries.values(), key=lambda e: -e.used):  # the newest first, if it is cut short
             if e.in_ram:
                 self._spill(e)
         self._count()

@@ -9,6 +9,7 @@ import contextlib
 import ipaddress
 import signal
 import socket
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +140,7 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
     with dash if dash is not None else contextlib.nullcontext():
         server.run()
     worker.stop()
-    if not worker.join(EXIT_WAIT_S) and worker.rt is not None:
+    if not worker.join(EXIT_WAIT_S) and not _wait_for_cache(worker, console) and worker.rt is not None:
         worker.rt.save_history()  # a step still runs in llama.cpp: keep what was served, then leave
     if isinstance(worker.error, SpecliError):
         raise worker.error
@@ -152,6 +153,25 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
         console.print("specli serve: stopped", markup=False)
         return EXIT_INTERRUPTED
     return 0
+
+
+def _wait_for_cache(worker: Worker, console: Console) -> bool:
+    """Whether the worker, past its last step and writing the prompt cache to disk (GBs
+    at long contexts: tens of seconds), ended while waited for, saying so; a second
+    Ctrl-C leaves at once, without what is not written yet."""
+    if not worker.writing_cache:
+        return False
+    cache = worker.cache
+    where = f" to {cache.disk.dir}" if cache is not None and cache.disk is not None else ""
+    console.print(f"specli serve: writing the prompt cache{where} (Ctrl-C again leaves without the rest)",
+                  markup=False, highlight=False, soft_wrap=True)
+    t0 = time.perf_counter()
+    try:
+        done = worker.join()
+    except KeyboardInterrupt:
+        return False
+    console.print(f"specli serve: prompt cache written in {time.perf_counter() - t0:.1f} s", markup=False)
+    return done
 
 
 class _Server(uvicorn.Server):

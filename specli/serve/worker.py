@@ -102,6 +102,7 @@ class Worker:
         self.max_tokens_cap = max_tokens_cap
         self.cache_options = cache
         self.cache: PromptCache | None = None  # opened with the runtime
+        self.writing_cache = False  # past its last step, writing the prompt cache to disk
         self.on_record, self.on_progress = on_record, on_progress
         self.on_ready, self.on_failed, self.on_stage = on_ready, on_failed, on_stage
         self.park_idle = park_idle  # idle conversations leave the KV cache for a request that does not go on with them
@@ -238,7 +239,11 @@ class Worker:
                 t.join()
         finally:
             if self.cache is not None:
+                self.writing_cache = True
                 with contextlib.suppress(Exception):  # a full disk loses the cache, not the models' close
+                    for slot in self.slots.slots:  # every slot's conversation, not only the first's
+                        if slot.cache is not None:
+                            slot.cache.save_live()
                     self.cache.close()
             self.rt.close()  # saves the history store and any corrected costs
 
