@@ -136,3 +136,28 @@ def test_prediction_drafts_and_keeps_the_answer(tmp_path: Path) -> None:
     assert drafted > 0 and d.accepted_prediction_tokens + d.rejected_prediction_tokens == drafted
     assert d.accepted_prediction_tokens == figures(predicted)["accepted_by"]["prediction"]
     assert unpredicted.usage.completion_tokens_details.accepted_prediction_tokens == 0
+
+
+def poem_turns(n: int) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": "You write short poems. " + " ".join(
+        f"Rule {i}: line {i} of a poem names colour number {i} and rhymes with the line before." for i in range(30))}]
+    for i in range(n):
+        msgs += [{"role": "user", "content": f"Poem {i}, please."}, {"role": "assistant", "content": f"Red {i}, bed {i}."}]
+    return [*msgs, {"role": "user", "content": f"Poem {n}, please."}]
+
+
+def test_every_slots_conversation_outlives_a_restart(tmp_path: Path) -> None:
+    """Two conversations in two slots: at exit each is written, not only the first
+    slot's, and after a restart each goes on from disk."""
+    two = args(tmp_path)
+    two[two.index("--parallel") + 1] = "2"
+    model_file(SMOL)
+    with running(two) as srv:
+        tools = ask(srv, main_turns(1))
+        poems = ask(srv, poem_turns(1))  # another slot: the first conversation is parked, this one stays live
+        assert figures(poems)["prompt_cache"]["source"] == "none"
+        assert srv.stop(signal.SIGTERM) == 143, srv.log
+    with running(two) as again:
+        for turns, first in ((poem_turns, poems), (main_turns, tools)):
+            pc = figures(ask(again, turns(2)))["prompt_cache"]
+            assert pc["source"] == "disk" and pc["restored_tokens"] >= first.usage.prompt_tokens, (turns, pc)
