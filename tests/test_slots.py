@@ -18,7 +18,13 @@ from benchmarks.clients import divergence_gap, slot_noise
 from specli.backend import LoadOptions, Model
 from specli.backend.sequence import SeqModel, share_cells
 from specli.drafters import DraftModelDrafter, NgramDrafter
-from specli.drafters.auto.split import expected_gains, makespan_weights, split_rows, split_rows_at_prices
+from specli.drafters.auto.split import (
+    expected_gains,
+    makespan_weights,
+    offer_prices,
+    split_rows,
+    split_rows_at_prices,
+)
 from specli.engine import GenerationConfig, run
 from specli.engine.sampling import probs_from_logits
 from specli.errors import BackendError
@@ -133,18 +139,34 @@ CPU_Q4_4K = np.interp(np.arange(1, 66), [1, 2, 16, 33, 63, 64, 65], [1, 1.6, 7.5
 
 def test_a_short_side_call_is_not_a_reason_for_dear_rows() -> None:
     """A near-certain copy at 4k context, which alone drafts 63 tokens in a 64-row batch
-    (some 2.4 tokens a plain step), beside a title's plain step: counting the title's
-    token as the round's, the throughput split keeps a dozen dear rows and the title waits
-    through them; priced at what the copy's tokens cost it alone, only the first few
-    rows stay, the title ends in cheap rounds, and the copy has the batch to itself after."""
+    (some 2.2 tokens a plain step), beside a title's plain step: counting the title's
+    token as the round's, the throughput split keeps a dozen dear rows; priced at what the
+    copy's tokens cost it alone, a few; and with the title's wait counted too (it gains
+    nothing from the rows), none: the title ends in cheap rounds, and the copy has the
+    batch to itself after. So for the copy's first, shorter matches, priced at their own
+    lower rate (the trace's title-2 beside main-4 waited through 0.2-0.6 s rounds of
+    them: 4.5 s against llama-server's 3.8)."""
     copy = expected_gains([0.98] * 15)
     alone = split_rows([expected_gains([0.98] * 63)], 0, lambda n: CPU_Q4_4K[:n])
     rate = float(expected_gains([0.98] * 63)[alone[0]] / CPU_Q4_4K[alone[0]])
     assert alone == [63] and rate > 2.0
     assert split_rows([copy], 1, lambda n: CPU_Q4_4K[:n], 1.0)[0] >= 8
-    assert split_rows_at_prices([copy], 1, lambda n: CPU_Q4_4K[:n], [1 / rate])[0] <= 4
+    assert split_rows_at_prices([copy], 1, lambda n: CPU_Q4_4K[:n], [1 / rate])[0] >= 1
+    title_waits = offer_prices([300.0], [rate], [20.0])
+    assert split_rows_at_prices([copy], 1, lambda n: CPU_Q4_4K[:n], title_waits) == [0]
+    short = expected_gains([0.8] * 8)
+    short_rate = float(max(short[k] / CPU_Q4_4K[k] for k in range(len(short))))
+    assert split_rows_at_prices([short], 1, lambda n: CPU_Q4_4K[:n], offer_prices([300.0], [short_rate], []))[0] >= 1
+    assert split_rows_at_prices([short], 1, lambda n: CPU_Q4_4K[:n], offer_prices([300.0], [short_rate], [20.0])) == [0]
     # where rows are nearly free (a GPU) the copy keeps its draft beside the title
-    assert split_rows_at_prices([copy], 1, lambda n: FLAT[:n], [1 / rate]) == [15]
+    assert split_rows_at_prices([copy], 1, lambda n: FLAT[:n], title_waits) == [15]
+
+
+def test_offer_prices() -> None:
+    """1 / the rate alone, times the makespan weight, shared with each plain step."""
+    assert offer_prices([40.0, 10.0], [2.0, 1.0], []) == [0.5, 0.25]
+    assert offer_prices([40.0], [4.0], [10.0, None]) == [pytest.approx(0.25 / 3)]
+    assert offer_prices([None], [0.5], []) == [1.0]  # a rate below plain decoding prices as plain
 
 
 def test_a_slot_is_reused_where_the_prompt_goes_on_with_it_else_the_least_recently_used() -> None:

@@ -13,10 +13,12 @@ While no request waits for a slot, each offer's tokens are worth what they would
 with the batch to itself (auto's own rate), weighted by the rounds it still needs against
 the batch's longest request (`makespan_weights`: a slot done early only frees its place,
 and the rows that ended it made the longest one's rounds dearer); a draft row goes where
-it comes cheaper than that (`split_rows_at_prices`). A short side call beside a long
-copy then ends in cheap rounds, and the copy has its long batches to itself after. With
-requests waiting, a slot done early takes the next one, and every token counts alike:
-the most tokens per cost (`split_rows`).
+it comes cheaper than that (`split_rows_at_prices`), and where other slots take plain
+steps beside it, cheaper than that for them too, since they wait through its rows and
+gain nothing (`offer_prices`). A short side call beside a long copy then ends in cheap
+rounds, and the copy has its long batches to itself after. With requests waiting, a
+slot done early takes the next one, and every token counts alike: the most tokens per
+cost (`split_rows`).
 
 Slots prefilling the same prompt chunk on the same history (requests sent at once with
 one system prompt, file or conversation) decode it once: the others take its cells."""
@@ -32,7 +34,7 @@ import numpy as np
 
 from specli.backend import Model
 from specli.backend.sequence import SeqModel, share_cells, take_prefix
-from specli.drafters.auto.split import makespan_weights, split_rows, split_rows_at_prices
+from specli.drafters.auto.split import offer_prices, split_rows, split_rows_at_prices
 
 # prices batches of 1..n rows over a context of so many cached tokens (an array, in plain
 # steps), or None where no cost model is known
@@ -172,8 +174,10 @@ class Rounds:
         counts alike: the split with the most tokens per cost, other slots' steps counting
         their token (prompt chunks none). Without, the split serves the longest request,
         and an offer's tokens are worth what they would cost it alone (weighted by the
-        rounds it still needs against the longest's): a row goes where it comes cheaper
-        than that, since whatever the split, the round waits for its other rows."""
+        rounds it still needs against the longest's, and shared with the slots stepping
+        plainly beside it, which wait through its rows for nothing): a row goes where it
+        comes cheaper than that, since whatever the split, the round waits for its other
+        rows."""
         offers = [p for p in parts if p.gains is not None]
         if not offers:
             return
@@ -185,9 +189,9 @@ class Rounds:
         gains = [p.gains[: len(p.tokens)] for p in offers if p.gains is not None]
         steps = [p for p in fixed if p.rows and len(p.rows) == len(p.tokens)]
         if self.backlog() == 0:
-            weights = makespan_weights([p.rounds_left for p in offers + steps])
-            ks = split_rows_at_prices(gains, n_fixed, lambda n: prices[:n],
-                                      [w / max(1.0, p.rate) for w, p in zip(weights, offers)])
+            worth = offer_prices([p.rounds_left for p in offers], [p.rate for p in offers],
+                                 [p.rounds_left for p in steps])
+            ks = split_rows_at_prices(gains, n_fixed, lambda n: prices[:n], worth)
         else:
             ks = split_rows(gains, n_fixed, lambda n: prices[:n], float(len(steps)))
         for p, k in zip(offers, ks, strict=True):

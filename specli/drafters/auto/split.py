@@ -85,3 +85,15 @@ def makespan_weights(rounds_left: Sequence[float | None]) -> list[float]:
     if longest <= 0:
         return [1.0] * len(rounds_left)
     return [1.0 if r is None else min(1.0, max(r, 0.0) / longest) for r in rounds_left]
+
+
+def offer_prices(offers_left: Sequence[float | None], rates: Sequence[float], steps_left: Sequence[float | None]) -> list[float]:
+    """What each offer's tokens are worth, in plain steps apiece, in a round no request
+    queues for: what they would cost it with the batch to itself (1 / its rate alone),
+    weighted by the rounds it still needs against the batch's longest (makespan_weights,
+    over the offers' and the plain steps' rounds left), and shared with each slot taking
+    a plain step beside it: those gain nothing from the draft rows and wait through
+    every one of them (a title beside a long copy), so a row must be worth its cost to
+    them too."""
+    weights = makespan_weights([*offers_left, *steps_left])
+    return [w / max(1.0, r) / (1 + len(steps_left)) for w, r in zip(weights, rates)]
