@@ -350,6 +350,34 @@ def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
     assert sum(1 for _, k in steps if k > 0) > 0.9 * len(steps)
 
 
+def test_a_dear_miss_is_repaid_by_the_lookups_it_stopped() -> None:
+    """One dear miss (a 65-row draft failing at its first token at 4k tokens of context:
+    26 plain steps) leaves the ledger deep in debt. On text that repeats, the lookups
+    offered but not drafted are checked against each token emitted: one-token probes that
+    cost nothing, which repay the debt, and drafting resumes within a few dozen steps (the
+    1 % allowance alone took 2,600: the trace's main-4 wrote 701 tokens by plain steps).
+    Where the lookups miss, the debt stays."""
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    table = [1.0, 1.3, 1.6]
+
+    def in_debt() -> AutoDrafter:
+        auto = AutoDrafter(CostModel.from_measured(table, 0.0), None, NgramDrafter(2, 2), explore_every=10**9)
+        auto.ledger.record(1, 27.0)
+        assert auto.ledger.balance == pytest.approx(-25.0)
+        return auto
+
+    repeating = list(range(10, 30)) * 10
+    steps = _replay_auto(in_debt(), list(range(10, 30)), repeating, 2, CostModel.from_measured(table, 0.0))
+    first = next((i for i, (_, k) in enumerate(steps) if k > 0), len(steps))
+    assert first <= 40
+    auto = in_debt()
+    failing = [t for r in range(100) for t in (1, 2, 100 + r)]  # every 2-gram goes on anew
+    steps = _replay_auto(auto, [1, 2, 3], failing, 2, CostModel.from_measured(table, 0.0))
+    assert all(k == 0 for _, k in steps) and auto.ledger.balance < -25.0
+
+
 @given(st.lists(st.floats(1.0, 40.0), min_size=1, max_size=6),
        st.lists(st.tuples(st.integers(1, 64), st.floats(0.3, 40.0)), max_size=12))
 def test_batch_ratios_at_once_equal_one_by_one(ratios: list[float], seen: list[tuple[int, float]]) -> None:

@@ -154,9 +154,7 @@ class AutoDrafter(Drafter):
             choice = Choice("none", 0, 0.0)
         if choice.drafter != "none" and not self.ledger.affords(choice.speed * self.costs.step):
             choice = Choice("none", 0, 0.0)  # drafting has lost lately: only a clear win now
-        # a failed one-token probe costs what a 2-token batch costs over a plain step: at most
-        # one step (two tokens could be decoded one by one), whatever a poisoned table says
-        probe_loss = min(self.costs.batch_ratio(2), 2.0) - 1
+        probe_loss = self._probe_loss()
         for name, n in available.items():
             if (n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]
                     and self.ledger.can_lose(probe_loss + (self.costs.draft_ratio if name == "draft" else 0.0))):
@@ -250,6 +248,11 @@ class AutoDrafter(Drafter):
         backlog = self.costs.draft_costs(name, 1, pending)[1] - self.costs.draft_costs(name, 1, 1)[1]
         return saved > backlog
 
+    def _probe_loss(self) -> float:
+        """What a failed one-token probe costs: a 2-token batch over a plain step, at most
+        one step (two tokens could be decoded one by one), whatever a poisoned table says."""
+        return min(self.costs.batch_ratio(2), 2.0) - 1
+
     def _stats_by_n(self, name: str, match: Match) -> AcceptanceStats:
         """Acceptance of `name`'s matches of n tokens (split by whether earlier occurrences
         agreed). First use starts from a weak prior, soon outweighed: at least what shorter
@@ -308,10 +311,14 @@ class AutoDrafter(Drafter):
         tokens; sampling: P(the target's draw equals a one-hot draft) is what rejection
         sampling would have accepted with). Without it a match kind never drafted would
         keep its prior."""
+        first = 0.0  # whether any lookup's first token was the one emitted
         for name, tokens, match in self._shadow:
             n = min(len(tokens), len(emitted))
             hit = next((i for i in range(n) if tokens[i] != emitted[i]), n)
             self._stats_by_n(name, match).update(n, hit)
+            first = max(first, float(hit > 0))
+        if self._shadow and emitted:
+            self.ledger.shadow(first - self._probe_loss())
         self._shadow = []
 
     def end(self, history: Sequence[int]) -> None:

@@ -145,6 +145,16 @@ class Ledger:
         """The prices were corrected: debts run up under the old ones say nothing of the new."""
         self.balance = max(self.balance, 0.0)
 
+    def shadow(self, gain: float) -> None:
+        """A lookup offered but not drafted was checked against the token the step emitted:
+        a one-token probe that cost nothing, which would have won `gain` plain steps (its
+        hit less a 2-row batch's price). In debt it counts, up to the debt: without it a
+        debt run up by one dear miss (a 65-row draft that failed at its first token: 26
+        plain steps at 4k tokens of context) kept auto at plain decoding for thousands of
+        steps while the text repeated, repaid only by the 1 % allowance."""
+        if self.on and self.balance < 0:
+            self.balance = min(0.0, self.balance + gain)
+
     def can_lose(self, steps: float) -> bool:
         """Whether a probe that may lose `steps` plain steps fits what drafting has won."""
         return not self.on or self.balance >= steps
