@@ -146,6 +146,30 @@ def tokenizer_for(vocab: GrammarModel) -> llg.LLTokenizer:
     return tok
 
 
+class _ByteVocab:
+    """256 one-byte tokens and an end token: enough to check a text against a grammar
+    without a model's vocabulary."""
+
+    bos_token_id = None
+    eos_token_id = 256
+    tokens = [bytes([b]) for b in range(256)] + [b"<|end|>"]
+
+    def __call__(self, data: bytes) -> list[int]:
+        return list(data)
+
+
+_byte_tokenizer: list[llg.LLTokenizer] = []
+
+
+def accepts(grammar: Grammar, text: str) -> bool:
+    """Whether `text` is a whole sentence of `grammar` (a JSON schema's: keys in the
+    schema's order, compact separators; see JSON_OPTIONS)."""
+    if not _byte_tokenizer:
+        _byte_tokenizer.append(llg.LLTokenizer(llg.TokenizerWrapper(_ByteVocab())))
+    matcher = llg.LLMatcher(_byte_tokenizer[0], grammar.compiled, log_level=0)
+    return bool(matcher.consume_tokens(list(text.encode())) and matcher.is_accepting())
+
+
 class Constraint:
     """One generation's grammar state. The matcher follows the emitted tokens; during
     verification it also walks the draft, row by row, and is put back after."""

@@ -7,10 +7,17 @@ and SmolLM3 templates describe: `<tool_call>\\n{"name": ..., "arguments": {...}}
 whose tags are single tokens of those vocabularies. A call's JSON is constrained to the
 function's name and parameter schema (`tool_choice` required or named: from the first
 token; auto: once the model opens a call).
+
+Small models often write their calls as fenced JSON instead (Qwen2.5-Coder 1.5B under
+Claude Code and opencode: ```` ```json {"name": "Write", "arguments": {...}} ``` ````), as
+llama.cpp's Hermes parser allowed for: an answer that is nothing but such blocks (or one
+bare object), each naming a given function whose parameter schema its arguments fit,
+is read as those calls; any other answer stays text.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -18,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specli.engine.grammar import JSON_OPTIONS, Grammar, compile_grammar
+from specli.engine.grammar import JSON_OPTIONS, Grammar, accepts, compile_grammar
 from specli.serve.errors import invalid
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL_RE = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
+_FENCE = r"```(?:json)?[ \t]*\n(.*?)\n[ \t]*```"
+_FENCED_ONLY = re.compile(rf"(?:\s*{_FENCE})+\s*", re.DOTALL)
+_FENCE_HEAD = re.compile(r"```(?:json)?[ \t]*(?:\n|$)")
 
 
 @dataclass(frozen=True)
@@ -288,17 +298,75 @@ def custom_call_text(name: str, text: str) -> str:
     return f"{OPEN}\n{json.dumps({'name': name})}\n{text}\n{CLOSE}"
 
 
+def fenced_calls(text: str, structure: Structure) -> list[ToolCall]:
+    """The calls of an answer that is nothing but fenced JSON blocks (or one bare object),
+    each {"name": <a given function>, "arguments": <what its parameter schema accepts>};
+    [] where any part is not such a call (the answer is then text)."""
+    body = text.strip()
+    blocks = re.findall(_FENCE, body, re.DOTALL) if _FENCED_ONLY.fullmatch(body) else [body] if body else []
+    if not blocks or (len(blocks) > 1 and not structure.parallel):
+        return []
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in structure.tools}
+    calls = []
+    for block in blocks:
+        try:
+            obj = json.loads(block)
+        except ValueError:
+            return []
+        if not (isinstance(obj, dict) and set(obj) == {"name", "arguments"} and obj["name"] in schemas
+                and isinstance(obj["arguments"], dict) and _fits(schemas[obj["name"]], obj["arguments"])):
+            return []
+        calls.append(ToolCall(obj["name"], json.dumps(obj["arguments"], ensure_ascii=False)))
+    return calls
+
+
+def _fits(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
+    """Whether `arguments` is an instance of `schema` (its grammar's: keys put in the
+    schema's order first, since the grammar writes them in that order)."""
+    grammar = _schema_grammar(json.dumps(schema))
+    return accepts(grammar, json.dumps(_in_schema_order(arguments, schema), ensure_ascii=False))
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_grammar(schema: str) -> Grammar:
+    return compile_grammar("json_schema", schema)
+
+
+def _in_schema_order(value: Any, schema: Any) -> Any:
+    """`value` with each object's keys in the order its schema lists them, the rest after."""
+    if isinstance(value, dict) and isinstance(schema, dict):
+        found = schema.get("properties")
+        props: dict[str, Any] = found if isinstance(found, dict) else {}
+        keys = [k for k in props if k in value] + [k for k in value if k not in props]
+        return {k: _in_schema_order(value[k], props.get(k)) for k in keys}
+    if isinstance(value, list) and isinstance(schema, dict):
+        return [_in_schema_order(v, schema.get("items")) for v in value]
+    return value
+
+
+def could_open_fenced(head: str) -> bool:
+    """Whether an answer beginning with `head` (stripped) may still be nothing but
+    fenced calls: the fence so far, then nothing or the start of {"name"."""
+    fence = _FENCE_HEAD.match(head)
+    if fence is None and any(f.startswith(head) for f in ("```json\n", "```\n")):
+        return True
+    rest = re.sub(r"^\{\s*", "{", (head[fence.end():] if fence else head).lstrip())
+    return '{"name"'.startswith(rest) or rest.startswith('{"name"')
+
+
 class CallStream:
     """Splits streamed text into content and finished tool calls: text that may still
     open a call is held back; once it does, nothing is content and each closed block is
-    a call."""
+    a call. An answer that may be fenced calls is held to its end (`finish`)."""
 
     def __init__(self, structure: Structure) -> None:
+        self.structure = structure
         self.names, self.custom = structure.names, structure.custom_names
         self.text = ""
         self._sent = 0  # characters of `text` let out as content, or consumed as calls
         self.calls: list[ToolCall] = []
         self.in_calls = False
+        self.fenced = False  # the answer was fenced calls
 
     def push(self, delta: str) -> tuple[str, list[ToolCall]]:
         """New content to send, and calls finished by this delta."""
@@ -307,7 +375,7 @@ class CallStream:
             head = self.text.lstrip()
             if head.startswith(OPEN):
                 self.in_calls = True
-            elif OPEN.startswith(head):
+            elif OPEN.startswith(head) or (self._sent == 0 and self.structure.tools and could_open_fenced(head)):
                 return "", []  # may still open a call
             else:
                 out, self._sent = self.text[self._sent:], len(self.text)
@@ -319,3 +387,22 @@ class CallStream:
             self._sent = end + len(CLOSE)
         self.calls += new
         return "", new
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """At the answer's end: what was held back, as content, or the calls it is."""
+        if self.in_calls or self._sent >= len(self.text):
+            return "", []
+        held, self._sent = self.text[self._sent:], len(self.text)
+        if held == self.text and (found := fenced_calls(held, self.structure)):
+            self.fenced = True
+            self.calls += found
+            return "", found
+        return held, []
+
+    def outcome(self, text: str) -> tuple[str, list[ToolCall]]:
+        """The whole answer's content and calls (those streamed keep their ids)."""
+        if self.fenced:
+            return "", list(self.calls)
+        content, found = parse_calls(text, self.names, self.custom)
+        found[:len(self.calls)] = self.calls
+        return content, found

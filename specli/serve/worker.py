@@ -34,7 +34,7 @@ from specli.serve.errors import ApiError, invalid
 from specli.serve.prompts import answer_grammar
 from specli.serve.requests import Request
 from specli.serve.responses import OpenAIFinish, Outcome, logprob_entries
-from specli.serve.tools import CallStream, ToolCall, parse_calls
+from specli.serve.tools import CallStream, ToolCall
 
 State = Literal["loading", "ready", "failed", "stopping"]
 WARMUP_PROMPT = "Say hello."  # any short prompt: the warm-up only has to run every stage once
@@ -394,12 +394,16 @@ class Worker:
         if editor is not None and (tail := editor.flush()):
             parts.append(tail)
             send(Delta(tail))
+        if calls is not None:  # what was held back: content, or the fenced calls it is
+            n_before = len(calls.calls)
+            content, new = calls.finish()
+            if content or new:
+                send(Delta(content, tuple(enumerate(new, n_before))))
         finish = finish or "length"
         queue_s = (job.t_start or job.t_arrival) - job.t_arrival
         text, found = "".join(parts), list[ToolCall]()
         if calls is not None:
-            text, found = parse_calls(text, calls.names, calls.custom)
-            found[:len(calls.calls)] = calls.calls  # the ids already streamed
+            text, found = calls.outcome(text)
         reason: OpenAIFinish = "length" if finish not in (FINISH_STOP, "suffix") else "tool_calls" if found else "stop"
         job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
                          lps + pending if lps is not None else None, stop_string))
