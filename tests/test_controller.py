@@ -350,6 +350,30 @@ def test_auto_stops_drafting_once_its_drafts_have_lost_what_they_may() -> None:
     assert sum(1 for _, k in steps if k > 0) > 0.9 * len(steps)
 
 
+def test_a_plain_step_found_slower_at_long_context_forgives_the_ledgers_debt() -> None:
+    """auto's ledger counts in plain steps of t1. A copy at 4k tokens of context, its t1
+    last measured at short context (37.7 ms against 57.7 ms there), drafted 46 tokens,
+    all kept, in a 1.99 s batch: 52.8 "plain steps" for 47 tokens, a debt of 4.5 that held
+    its drafts back for 700 steps. The plain step that then moves t1 is a correction of
+    the ledger's unit, at any context: the debt is forgiven (the stored table stays)."""
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.ngram import NgramDrafter
+
+    costs = CostModel.from_measured([0.0377, 0.06, 0.08], 0.0)
+    auto = AutoDrafter(costs, None, NgramDrafter(2, 2), explore_every=10**9)
+    block = list(range(10, 2010))  # past TABLE_CONTEXT
+    history = [*block, *block[:10]]
+    auto.begin(history)
+    auto.ledger.record(47, 1.99 / 0.0377)  # the batch, priced in the stale t1
+    assert auto.ledger.balance < -4.0
+    for tok in block[10:13]:  # plain steps at 4k tokens of context: 57.7 ms
+        auto.propose(history, 0)
+        history.append(tok)
+        auto.accept(history, 0, 0.0577)
+    assert costs.step == pytest.approx(0.0577) and not costs.drifted
+    assert auto.ledger.balance >= 0.0
+
+
 def test_a_dear_miss_is_repaid_by_the_lookups_it_stopped() -> None:
     """One dear miss (a 65-row draft failing at its first token at 4k tokens of context:
     26 plain steps) leaves the ledger deep in debt. On text that repeats, the lookups

@@ -147,7 +147,7 @@ class CostModel:
     # target is memory-bound and the draft model compute-bound (an F16 target, a Q4 draft)
     catch_up_ratio: float = 0.0
     drifted: bool = False  # observations disagreed with the table: store the corrected one
-    corrections: int = 0  # times the table's level or t1 was corrected for drift
+    corrections: int = 0  # times the table's level or t1 was corrected for drift (at any context)
     _t1: Ema = field(init=False, repr=False)
     _off: int = field(default=0, init=False, repr=False)  # consecutive observations off by > DRIFT
     _t1_off: int = field(default=0, init=False, repr=False)  # consecutive plain steps off by > DRIFT
@@ -331,6 +331,8 @@ class CostModel:
             self._t1_table.value = seconds
             self._n_t1_table = max(self._n_t1_table, SEEN_MIN)
             self._corrected()
+        else:  # ...but the unit auto's ledger counts in moved: its debts were priced in the old one
+            self.corrections += 1
 
     def observe_draft_step(self, seconds: float) -> None:
         if self.step > 0:
