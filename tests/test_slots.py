@@ -444,3 +444,6 @@ def test_idle_conversations_a_prompt_does_not_go_on_with_are_parked() -> None:
     system = conversation[:PARK_MIN]  # a long shared prefix: worth more as shared cells
     assert parkable(system + [4, 4], [(1, conversation)]) == []
     assert parkable(system[:PARK_MIN - 1] + [4], [(1, conversation)]) == [1]
+    # the turn sent with the side call, already queued, goes on with it: it stays
+    assert parkable(side, [(1, conversation)], queued=[conversation + [9, 9]]) == []
+    assert parkable(side, [(1, conversation)], queued=[side]) == [1]

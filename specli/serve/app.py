@@ -169,18 +169,19 @@ async def _generation(request: HttpRequest, proto: Protocol) -> Response:
     served = served_of(request)
     worker, config = served.worker, served.config
     authorize(request, config.api_key)
-    req = proto.parse(await read_json(request, config.max_body))
-    _check_model(served, req.model)
-    rt = worker.ready_runtime()
-    prompt = await anyio.to_thread.run_sync(request_tokens, rt, req, worker.settings)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Pushed] = asyncio.Queue()
 
     def push(item: Pushed) -> None:  # from the generation thread
         loop.call_soon_threadsafe(queue.put_nowait, item)
 
-    job = worker.new_job(req, prompt, push)
-    worker.submit(job)
+    with worker.arriving():
+        req = proto.parse(await read_json(request, config.max_body))
+        _check_model(served, req.model)
+        rt = worker.ready_runtime()
+        prompt = await anyio.to_thread.run_sync(request_tokens, rt, req, worker.settings)
+        job = worker.new_job(req, prompt, push)
+        worker.submit(job)
     # the name the client asked for: agents name models this server never heard of
     ids = Ids(proto.id_prefix + uuid.uuid4().hex[:24], int(time.time()), req.model or config.model_id,
               config.fingerprint, len(prompt))

@@ -16,7 +16,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -39,6 +39,9 @@ from specli.serve.tools import CallStream, ToolCall
 State = Literal["loading", "ready", "failed", "stopping"]
 WARMUP_PROMPT = "Say hello."  # any short prompt: the warm-up only has to run every stage once
 SAVE_EVERY_S = 30.0  # the history store is written when idle, at most this often (and at exit)
+# how long a park waits for requests still being read: a turn sent at once with its side
+# call is queued 10-30 ms after it (its 4k-token prompt rendered and tokenized)
+ARRIVING_WAIT_S = 0.1
 PARKING = "parking"  # an idle slot's job while its conversation moves to the prompt cache
 
 
@@ -112,6 +115,7 @@ class Worker:
         self.parallel = max(1, parallel)
         self.slots: Slots | None = None  # once loaded
         self._waiting: collections.deque[Job] = collections.deque()
+        self._arriving = 0  # requests being read, not yet submitted (Worker.arriving)
         self._cond = threading.Condition()
         self._ids = itertools.count(1)
         self._mean_s = 5.0  # mean job time, for Retry-After (updated as jobs end)
@@ -121,6 +125,18 @@ class Worker:
     # -- the HTTP side ----------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """A request is being read and tokenized, to be submitted (or refused)."""
+        with self._cond:
+            self._arriving += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._arriving -= 1
+                self._cond.notify_all()
 
     def ready_runtime(self) -> Runtime:
         """The loaded runtime, or 503 while loading or stopping."""
@@ -322,13 +338,18 @@ class Worker:
                 self._cond.notify_all()
 
     def _park_idle(self, slot: Slot, prompt: list[int]) -> None:
-        """Idle slots' conversations this prompt does not go on with move to the prompt
-        cache before it prefills (runtime.slots.PARK_MIN says why); meanwhile no job is
-        given to them."""
+        """Idle slots' conversations this prompt does not go on with, nor any queued one,
+        move to the prompt cache before it prefills (runtime.slots.PARK_MIN says why);
+        meanwhile no job is given to them. Requests still being read are waited for a
+        moment first: an agent sends its turn and a side call at once."""
         assert self.slots is not None
         with self._cond:
             idle = [(s.index, s.rt.target.tokens) for s in self.slots.slots if s is not slot and s.job is None]
-            parked = [self.slots.slots[i] for i in parkable(prompt, idle)]
+            deadline = time.monotonic() + ARRIVING_WAIT_S
+            while parkable(prompt, idle) and self._arriving and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            queued = [j.prompt for j in self._waiting]
+            parked = [self.slots.slots[i] for i in parkable(prompt, idle, queued)]
             for s in parked:
                 s.job = PARKING
         try:
