@@ -317,7 +317,7 @@ class AutoDrafter(Drafter):
             hit = next((i for i in range(n) if tokens[i] != emitted[i]), n)
             self._stats_by_n(name, match).update(n, hit)
             first = max(first, float(hit > 0))
-        if self._shadow and emitted:
+        if self._shadow and emitted and self.ledger.in_debt:  # priced only where it counts: not a step's work
             self.ledger.shadow(first - self._probe_loss())
         self._shadow = []
 

@@ -152,8 +152,12 @@ class Ledger:
         debt run up by one dear miss (a 65-row draft that failed at its first token: 26
         plain steps at 4k tokens of context) kept auto at plain decoding for thousands of
         steps while the text repeated, repaid only by the 1 % allowance."""
-        if self.on and self.balance < 0:
+        if self.in_debt:
             self.balance = min(0.0, self.balance + gain)
+
+    @property
+    def in_debt(self) -> bool:
+        return self.on and self.balance < 0
 
     def can_lose(self, steps: float) -> bool:
         """Whether a probe that may lose `steps` plain steps fits what drafting has won."""
