@@ -15,6 +15,7 @@ lossless statement holds for the constrained distribution.
 from __future__ import annotations
 
 import json
+import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,16 +51,21 @@ class Grammar:
     kind: GrammarKind
     source: str
     compiled: str
+    # a lenient JSON schema's keywords the engine does not enforce (llguidance's warnings)
+    unenforced: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
         return LABELS[self.kind]
 
 
-def compile_grammar(kind: GrammarKind, source: str | dict[str, Any]) -> Grammar:
-    """Check and compile a grammar; bad input raises UsageError (exit 2) naming the problem."""
+def compile_grammar(kind: GrammarKind, source: str | dict[str, Any], lenient: bool = False) -> Grammar:
+    """Check and compile a grammar; bad input raises UsageError (exit 2) naming the problem.
+    `lenient` (a JSON schema): keywords the engine cannot enforce are left out of the
+    constraint and named in `unenforced`, where otherwise they are refused."""
     text = source if isinstance(source, str) else json.dumps(source)
     label = LABELS[kind]
+    options = {**JSON_OPTIONS, "lenient": True} if lenient else JSON_OPTIONS
     try:
         if kind == "json_object":
             compiled = llg.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_OPTIONS)  # type: ignore[arg-type]
@@ -67,10 +73,10 @@ def compile_grammar(kind: GrammarKind, source: str | dict[str, Any]) -> Grammar:
             schema = json.loads(text)
             if not isinstance(schema, dict):
                 raise UsageError(f"the JSON schema is a {type(schema).__name__}, not an object", HINTS[kind])
-            compiled = llg.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)  # type: ignore[arg-type]
+            compiled = llg.LLMatcher.grammar_from_json_schema(schema, defaults=options)  # type: ignore[arg-type]
         elif kind == "choice":
-            options = json.loads(text)
-            if not (isinstance(options, list) and options and all(isinstance(o, str) for o in options)):
+            choices = json.loads(text)
+            if not (isinstance(choices, list) and choices and all(isinstance(o, str) for o in choices)):
                 raise UsageError("the choice list is not a non-empty JSON list of strings", HINTS[kind])
             compiled = llg.grammar_from("choice", text)
         else:
@@ -80,10 +86,32 @@ def compile_grammar(kind: GrammarKind, source: str | dict[str, Any]) -> Grammar:
                          HINTS[kind]) from None
     except ValueError as e:
         raise UsageError(f"the {label} is invalid: {_first_line(e)}", HINTS[kind]) from None
-    error = llg.LLMatcher.validate_grammar(compiled)
-    if error and not error.startswith("WARNING"):
-        raise UsageError(f"the {label} is invalid: {_first_line(error)}", HINTS[kind])
-    return Grammar(kind, text, compiled)
+    failed, messages = llg.LLMatcher.validate_grammar_with_warnings(compiled)
+    if failed:
+        keywords = unenforceable(messages)
+        if keywords:
+            raise UsageError(f"the {label} uses {', '.join(keywords)}, which the grammar engine cannot enforce",
+                             "leave the keyword out, or ask for a lenient schema (it is then checked after)")
+        raise UsageError(f"the {label} is invalid: {_first_line(messages[0] if messages else 'no reason given')}",
+                         HINTS[kind])
+    return Grammar(kind, text, compiled, tuple(unenforceable(messages)) if lenient else ())
+
+
+_UNIMPLEMENTED = re.compile(r'Unimplemented keys: \[(.*)\]')
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: (.+)")
+
+
+def unenforceable(messages: Sequence[str]) -> list[str]:
+    """The keywords (and formats) llguidance's messages say it does not implement, each
+    once: ['propertyNames', 'format "uri-reference"']."""
+    found: list[str] = []
+    for message in messages:
+        for line in str(message).splitlines():
+            if m := _UNIMPLEMENTED.search(line):
+                found += [k.strip().strip('"') for k in m.group(1).split(",") if k.strip()]
+            elif m := _UNKNOWN_FORMAT.search(line):
+                found.append(f'format "{m.group(1).strip()}"')
+    return list(dict.fromkeys(found))
 
 
 def grammar_from_arg(kind: GrammarKind, value: str) -> Grammar:

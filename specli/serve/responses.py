@@ -32,6 +32,7 @@ class Outcome:
     cache: CacheUse | None = None
     logprobs: list[dict[str, Any]] | None = None  # chat-shaped entries (logprob_entries), where asked
     stop_string: str | None = None  # the stop string that ended it, if one did
+    notes: list[str] = field(default_factory=list)  # what a client should know: a schema not enforced, a call unfit
 
 
 def logprob_entries(lps: Sequence[TokenLogprob], piece: Callable[[int], bytes]) -> list[dict[str, Any]]:
@@ -92,6 +93,7 @@ def specli_figures(out: Outcome) -> dict[str, Any]:
         "drafter_steps": dict(c.drafter_steps), "drafted_by": dict(c.drafted_by), "accepted_by": dict(c.accepted_by),
         "decode_tokens_per_second": metrics.decode_tokens_per_second(c),
         "time_to_first_token_s": c.t_first_token, "queue_s": out.queue_s, "finish_reason": out.specli_finish,
+        "notes": list(out.notes),
     }
     if out.cache is not None:
         fig["prompt_cache"] = out.cache.to_json()

@@ -58,7 +58,7 @@ def response_object(ids: Ids, req: Request, status: str, output: list[dict[str, 
         obj["prompt_cache_key"] = echo["prompt_cache_key"]
     if out is not None:
         obj["timings"] = responses.timings(out.counters)
-        obj["specli"] = {**responses.specli_figures(out), "notes": list(call.notes)}
+        obj["specli"] = {**responses.specli_figures(out), "notes": list(call.notes) + out.notes}
     return obj
 
 

@@ -17,7 +17,6 @@ is read as those calls; any other answer stays text.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import uuid
@@ -25,8 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specli.engine.grammar import JSON_OPTIONS, Grammar, accepts, compile_grammar
+from specli.engine.grammar import Grammar, accepts, compile_grammar
 from specli.serve.errors import invalid
+from specli.serve.schemas import NotASchema, lenient_options, served, served_arguments
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL_RE = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
@@ -89,6 +89,40 @@ class Structure:
         """Every tool as the chat template reads it, custom ones as functions."""
         return self.tools + tuple(c.as_function() for c in self.custom)
 
+    @property
+    def notes(self) -> list[str]:
+        """What of the given schemas the grammar does not enforce (each checked after)."""
+        out = [f"tool {t['function']['name']}: {', '.join(kw)} not enforced while it is written (its calls are "
+               "checked after)" for t in self.tools if (kw := served_arguments(t["function"]["parameters"]).unenforced)]
+        if self.response_format is not None and self.response_format.unenforced:
+            out.append(f"response format: {', '.join(self.response_format.unenforced)} not enforced while it is "
+                       "written (the answer is checked after)")
+        return out
+
+    def problems(self, text: str, calls: Sequence[ToolCall]) -> list[str]:
+        """Where the answer or a call's arguments fail their whole schema (what the grammar
+        left out of the constraint)."""
+        by_name = {t["function"]["name"]: t["function"]["parameters"] for t in self.tools}
+        out = []
+        for call in calls:
+            if call.custom or call.name not in by_name:
+                continue
+            try:
+                problem = served_arguments(by_name[call.name]).problem(json.loads(call.arguments))
+            except ValueError:
+                problem = "its arguments are not JSON"
+            if problem:
+                out.append(f"tool {call.name}: the call does not fit its schema: {problem}")
+        fmt = self.response_format
+        if fmt is not None and fmt.unenforced and not calls:
+            try:
+                problem = served(json.loads(fmt.source)).problem(json.loads(text))
+            except ValueError:
+                problem = None  # cut short: the finish reason says so
+            if problem:
+                out.append(f"response format: the answer does not fit its schema: {problem}")
+        return out
+
 
 def parse_structure(body: dict[str, Any]) -> Structure:
     """`response_format`, `tools`, `tool_choice`, `parallel_tool_calls` checked (400s name the parameter)."""
@@ -126,12 +160,21 @@ def _response_format(value: Any) -> Grammar | None:
 
 
 def schema_grammar(schema: dict[str, Any], where: str, strict: bool = False) -> Grammar:
-    """The grammar of a JSON schema (`strict`: OpenAI's strict mode, no property beyond
-    those listed); a 400 naming `where` if the grammar engine cannot compile it."""
+    """The grammar of a response format's JSON schema; a 400 naming `where` where it is not
+    JSON Schema. `strict` (OpenAI's strict mode): no property beyond those listed, and a
+    keyword the grammar engine cannot enforce is refused by name; otherwise lenient, as
+    for tools (schemas.served)."""
     try:
-        return compile_grammar("json_schema", json.dumps(_strict(schema) if strict else schema))
+        if strict:
+            return compile_grammar("json_schema", json.dumps(_strict(schema)))
+        return served(schema).grammar
+    except NotASchema as e:
+        raise invalid(where, f"{where}: {e}") from None
     except Exception as e:  # a UsageError: its message names the problem
-        raise invalid(where, getattr(e, "message", str(e))) from None
+        message = getattr(e, "message", str(e))
+        if strict and "cannot enforce" in message:
+            message += "; strict: true needs every keyword enforced (send strict: false to have it checked after)"
+        raise invalid(where, f"{where}: {message}") from None
 
 
 def _strict(schema: Any) -> Any:
@@ -172,12 +215,15 @@ def function_tool(fn: dict[str, Any], params: Any, seen: set[str], name_at: str,
     if name in seen:
         raise invalid(name_at, f"two tools are named {name!r}")
     seen.add(name)
+    if isinstance(params, bool):  # JSON Schema's true (any arguments) and false (none), as objects
+        params = {} if params else {"not": {}}
     if not isinstance(params, dict):
-        raise invalid(params_at, f"{params_at} must be a JSON schema object", "invalid_type")
+        raise invalid(params_at, f"{params_at} (tool {name!r}) must be a JSON schema object, got "
+                                 f"{type(params).__name__}", "invalid_type")
     try:
-        compile_grammar("json_schema", json.dumps(params))
-    except Exception as e:
-        raise invalid(params_at, getattr(e, "message", str(e))) from None
+        served_arguments(params)  # what the grammar cannot enforce is checked after (Structure.notes)
+    except NotASchema as e:
+        raise invalid(params_at, f"{params_at} (tool {name!r}): {e}") from None
     return {"type": "function", "function": {**fn, "parameters": params}}
 
 
@@ -224,12 +270,13 @@ def tool_grammar(structure: Structure, open_token: int, close_token: int) -> Gra
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in structure.tools}
     rules, alternatives = [], []
     functions = [n for n in names if n in by_name]
-    if functions:
-        call_schema = {"anyOf": [{"type": "object", "properties": {"name": {"const": n}, "arguments": by_name[n]},
-                                  "required": ["name", "arguments"], "additionalProperties": False}
-                                 for n in functions], "x-guidance": JSON_OPTIONS}
-        rules.append(f'function_call: <[{open_token}]> "\\n" %json {json.dumps(call_schema)} "\\n" <[{close_token}]>')
-        alternatives.append("function_call")
+    for i, n in enumerate(functions):
+        # each tool's arguments a root schema of its own, so its "#/$defs/..." pointers hold
+        head = json.dumps(json.dumps({"name": n}, ensure_ascii=False)[:-1] + ', "arguments": ')
+        arguments = {**served_arguments(by_name[n]).constraint, "x-guidance": lenient_options()}
+        rules.append(f'function_call_{i}: <[{open_token}]> "\\n" {head} %json {json.dumps(arguments)} "}}" '
+                     f'"\\n" <[{close_token}]>')
+        alternatives.append(f"function_call_{i}")
     for i, tool in enumerate(c for c in structure.custom if c.name in names):
         head = json.dumps(json.dumps({"name": tool.name}) + "\n")
         rules.append(f'custom_call_{i}: <[{open_token}]> "\\n" {head} custom_input_{i} "\\n" <[{close_token}]>')
@@ -323,13 +370,8 @@ def fenced_calls(text: str, structure: Structure) -> list[ToolCall]:
 def _fits(schema: dict[str, Any], arguments: dict[str, Any]) -> bool:
     """Whether `arguments` is an instance of `schema` (its grammar's: keys put in the
     schema's order first, since the grammar writes them in that order)."""
-    grammar = _schema_grammar(json.dumps(schema))
+    grammar = served_arguments(schema).grammar
     return accepts(grammar, json.dumps(_in_schema_order(arguments, schema), ensure_ascii=False))
-
-
-@functools.lru_cache(maxsize=64)
-def _schema_grammar(schema: str) -> Grammar:
-    return compile_grammar("json_schema", schema)
 
 
 def _in_schema_order(value: Any, schema: Any) -> Any:

@@ -45,6 +45,7 @@ def log_line(r: RequestRecord) -> str:
         restored = f" restored {r.cache.n_restored} from {r.cache.source} {r.cache.entry}" if r.cache.entry else ""
         saved = f" saved {r.cache.saved}" if r.cache.saved else ""
         text += f" cache:{saved}{restored} ({r.cache.seconds:.2f}s)"
+    text += f"; notes: {'; '.join(r.notes)}" if r.notes else ""
     return text + (f": {r.error}" if r.error else "")
 
 

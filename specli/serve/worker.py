@@ -86,6 +86,7 @@ class RequestRecord:
     total_s: float
     error: str = ""
     cache: CacheUse | None = None  # what the prompt cache did for it
+    notes: tuple[str, ...] = ()  # the response's specli.notes
 
 
 class Worker:
@@ -306,6 +307,7 @@ class Worker:
         counters = metrics.Counters(n_prompt=len(job.prompt))
         status, error, finish = 200, "", "cancelled"
         use: CacheUse | None = None
+        notes: list[str] = []
         try:
             if not job.cancelled.is_set():  # its client left while it was being taken off the queue
                 if self.park_idle and slot.cache is not None:
@@ -316,7 +318,7 @@ class Worker:
                 self.slots.share_prefix(slot, job.prompt)
                 limit = len(job.prompt) + job.max_tokens if job.request.options.max_tokens is not None else None
                 self.slots.begin(slot, limit)
-                counters, finish = self._generate(slot.rt, job, use)
+                counters, finish, notes = self._generate(slot.rt, job, use)
         except SpecliError as e:
             err = errors.from_specli(e)
             status, error, finish = err.status, e.one_line(), "error"
@@ -332,7 +334,8 @@ class Worker:
             if finish == "cancelled":
                 status = errors.CLIENT_GONE.status
             self.on_record(RequestRecord(job.id, job.request.endpoint or job.request.kind, status, counters, finish,
-                                         job.t_start - job.t_arrival, t_end - job.t_arrival, error, use))
+                                         job.t_start - job.t_arrival, t_end - job.t_arrival, error, use,
+                                         tuple(notes)))
             with self._cond:
                 slot.job = None
                 self._cond.notify_all()
@@ -361,7 +364,7 @@ class Worker:
                     s.job = None
                 self._cond.notify_all()
 
-    def _generate(self, rt: Runtime, job: Job, use: CacheUse | None) -> tuple[metrics.Counters, str]:
+    def _generate(self, rt: Runtime, job: Job, use: CacheUse | None) -> tuple[metrics.Counters, str, list[str]]:
         s = job.settings
         o = job.request.options
         adjust = Adjust(o.logit_bias, o.presence_penalty, o.frequency_penalty)
@@ -426,6 +429,7 @@ class Worker:
         if calls is not None:
             text, found = calls.outcome(text)
         reason: OpenAIFinish = "length" if finish not in (FINISH_STOP, "suffix") else "tool_calls" if found else "stop"
+        notes = structure.notes + structure.problems(text, found) if structure is not None else []
         job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
-                         lps + pending if lps is not None else None, stop_string))
-        return counters, finish
+                         lps + pending if lps is not None else None, stop_string, notes))
+        return counters, finish, notes
