@@ -225,9 +225,33 @@ def test_claude_code_requests_replayed(server: ServeProcess) -> None:
     assert status == 200 and 11000 < json.loads(data)["input_tokens"] < 13000
 
 
-def test_opencode_requests_replayed(server: ServeProcess) -> None:
-    """opencode's title call and its agent turn (10 tools), streamed with usage."""
-    for name in ["opencode-1-title.json", "opencode-2-agent-turn.json"]:
+def test_claude_code_2_1_197_requests_replayed(server: ServeProcess) -> None:
+    """Claude Code 2.1.197, which exited 1 at its first request (a 400 for the
+    propertyNames of its TaskCreate and TaskUpdate tools): its HEAD / probe, its whole
+    turn counted (24 tools, 18.7k tokens: past this server's context), and the turn
+    with those two tools and Bash answered, the keyword named in specli.notes."""
+    status, _, _ = http("HEAD", server.base + _fixture("claude-code-2.1.197-1-head-root.json")["path"])
+    assert status < 500
+    rec = _fixture("claude-code-2.1.197-2-messages.json")
+    headers = {**{k: v for k, v in rec["headers"].items() if k.startswith("anthropic-")},
+               "Authorization": f"Bearer {KEY}"}
+    body = rec["body"]
+    status, _, data = http("POST", server.base + "/v1/messages/count_tokens",
+                           {k: v for k, v in body.items() if k not in ("max_tokens", "stream")}, headers=headers)
+    assert status == 200 and json.loads(data)["input_tokens"] > 15000, data[:300]
+    tools = [t for t in body["tools"] if t["name"] in ("TaskCreate", "TaskUpdate", "Bash")]
+    status, _, data = http("POST", server.base + rec["path"], dict(body, tools=tools, max_tokens=12, stream=False),
+                           headers=headers, timeout=900)
+    assert status == 200, data[:500]
+    notes = json.loads(data)["specli"]["notes"]
+    assert [n.split(":")[0] for n in notes if "propertyNames" in n] == ["tool TaskCreate", "tool TaskUpdate"], notes
+
+
+@pytest.mark.parametrize("version", ["", "1.17.19-"])
+def test_opencode_requests_replayed(server: ServeProcess, version: str) -> None:
+    """opencode's title call and its agent turn (10 tools), streamed with usage (1.18.33
+    and 1.17.19, which also sends top_p 1)."""
+    for name in [f"opencode-{version}1-title.json", f"opencode-{version}2-agent-turn.json"]:
         rec = _fixture(name)
         body = dict(rec["body"], max_tokens=12)
         status, _, raw = http("POST", server.base + rec["path"], body, headers={"Authorization": f"Bearer {KEY}"},

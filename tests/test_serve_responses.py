@@ -149,10 +149,11 @@ def test_a_custom_tools_input_always_parses_under_its_grammar(client: Any, serve
     assert answer.output[0].type == "message" and answer.status in ("completed", "incomplete")
 
 
-def test_codexs_request_replayed(server: ServeProcess) -> None:
-    """What Codex 0.171 sent (40 KB: developer messages, namespace, custom apply_patch and
-    web_search tools, store false), streamed; and its input tokens counted alike."""
-    body = json.loads(next(FIXTURES.glob("codex-2-*.json")).read_text())["body"]
+@pytest.mark.parametrize("version", ["", "0.169.1-"])
+def test_codexs_request_replayed(server: ServeProcess, version: str) -> None:
+    """What Codex 0.171 and 0.169.1 sent (40 KB: developer messages, namespace, custom
+    apply_patch and web_search tools, store false), streamed; and its input tokens counted alike."""
+    body = json.loads(next(FIXTURES.glob(f"codex-{version}2-*.json")).read_text())["body"]
     status, raw = post(server, "/v1/responses", {**body, "temperature": 0, "max_output_tokens": 12})
     assert status == 200, raw[:300]
     response = check_events(raw)
