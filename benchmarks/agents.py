@@ -77,9 +77,9 @@ TASKS = [
 ]
 
 
-def install(name: str) -> Path:
-    """The agent's program, installed once from npm under the user cache folder."""
-    package, version, program = AGENTS[name]
+def install(name: str, version: str) -> Path:
+    """The agent's program at `version`, installed once from npm under the user cache folder."""
+    package, _, program = AGENTS[name]
     prefix = agents_dir() / f"{name}-{version}"
     exe = prefix / "node_modules" / ".bin" / program
     if not exe.exists():
@@ -120,17 +120,8 @@ def codex_home(exe: Path, home: Path, base: str, ctx: int) -> Path:
     read from its program, made local (docs/agents.md)."""
     codex = home / ".codex"
     codex.mkdir(parents=True, exist_ok=True)
-    entry = dict(codex_catalog(exe)["gpt-5.5"])
     base_prompt = json.loads(next(FIXTURES.glob("codex-1-*.json")).read_text())["body"]["input"][0]
-    entry.update(slug=MODEL, display_name=MODEL, prefer_websockets=False, support_verbosity=False,
-                 default_verbosity=None, input_modalities=["text"], supports_image_detail_original=False,
-                 context_window=ctx, max_context_window=ctx, default_reasoning_level=None,
-                 supported_reasoning_levels=[], supports_reasoning_summaries=False,
-                 supports_reasoning_summary_parameter=False, upgrade=None, available_in_plans=[], service_tiers=[],
-                 additional_speed_tiers=[], supports_search_tool=False, include_apps_usage_instructions=False,
-                 include_plugin_usage_instructions=False, shell_type="default", apply_patch_tool_type="freeform",
-                 base_instructions=base_prompt["content"][0]["text"])
-    entry.pop("model_messages", None)
+    entry = codex_entry(exe, MODEL, ctx, base_prompt["content"][0]["text"])
     (codex / "model-catalog.json").write_text(json.dumps({"models": [entry]}))
     (codex / "config.toml").write_text(f"""model = "{MODEL}"
 model_provider = "bench"
@@ -149,6 +140,22 @@ env_key = "BENCH_API_KEY"
 enabled = false
 """)
     return codex
+
+
+def codex_entry(exe: Path, model: str, ctx: int, base_instructions: str) -> dict[str, Any]:
+    """A catalog entry for `model`: Codex's own gpt-5.5 entry made local, its apply_patch
+    the freeform tool (docs/agents.md; tests/fixtures/agents/README.md)."""
+    entry = dict(codex_catalog(exe)["gpt-5.5"])
+    entry.update(slug=model, display_name=model, prefer_websockets=False, support_verbosity=False,
+                 default_verbosity=None, input_modalities=["text"], supports_image_detail_original=False,
+                 context_window=ctx, max_context_window=ctx, default_reasoning_level=None,
+                 supported_reasoning_levels=[], supports_reasoning_summaries=False,
+                 supports_reasoning_summary_parameter=False, upgrade=None, available_in_plans=[], service_tiers=[],
+                 additional_speed_tiers=[], supports_search_tool=False, include_apps_usage_instructions=False,
+                 include_plugin_usage_instructions=False, shell_type="default", apply_patch_tool_type="freeform",
+                 base_instructions=base_instructions)
+    entry.pop("model_messages", None)
+    return entry
 
 
 def codex_catalog(exe: Path) -> dict[str, dict[str, Any]]:
@@ -176,14 +183,15 @@ class Run:
     tail: str = ""  # the end of what the agent printed
 
 
-def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
+def run_task(client: tuple[str, str], exe: Path, task: Task, proxy: Proxy, server: str, phase: str, ctx: int) -> Run:
+    name, version = client
     # every task in one project folder, its files committed with fixed dates: agents put the
     # working directory in their system prompts and git status in the first message, and a
     # user comes back to the same project for one task after another (what the cache is for)
     work = agents_dir() / "work" / "project"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    home = agents_dir() / f"home-{name}"  # kept: opencode installs its plugin there once
+    home = agents_dir() / f"home-{name}-{version}"  # kept: opencode installs its plugin there once
     for rel, text in task.files.items():
         (work / rel).write_text(text)
     fixed = {**os.environ, "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z"}
@@ -202,7 +210,7 @@ def run_task(name: str, exe: Path, task: Task, proxy: Proxy, server: str, phase:
         code, out = 124, str(e.stdout or "")
     wall = time.perf_counter() - t0
     done = task.check(work, out)
-    return Run(name, server, task.name, phase, done, code, wall, summarize(proxy.take()), out[-600:])
+    return Run(f"{name} {version}", server, task.name, phase, done, code, wall, summarize(proxy.take()), out[-600:])
 
 
 def start(server: str, args: argparse.Namespace, state: str) -> Server:
@@ -221,13 +229,16 @@ def start(server: str, args: argparse.Namespace, state: str) -> Server:
 
 
 def run(args: argparse.Namespace) -> list[Run]:
-    clients = [c for c in args.clients.split(",") if c]
+    # each client at each of its versions (--claude-version 2.1.197,2.1.332)
+    clients = [(c, v) for c in args.clients.split(",") if c for v in getattr(args, f"{c}_version").split(",") if v]
     tasks = [t for t in TASKS if t.name in args.tasks.split(",")] if args.tasks else TASKS
-    exes = {c: install(c) for c in clients}
-    if "opencode" in exes:  # its first start installs its plugin package from npm: not the server's time
+    exes = {c: install(*c) for c in clients}
+    for name, version in exes:  # opencode's first start installs its plugin package from npm: not the server's time
+        if name != "opencode":
+            continue
         warm = Path(tempfile.mkdtemp(prefix="agents-warm-"))
-        argv, env = agent_command("opencode", exes["opencode"], TASKS[0], "http://127.0.0.1:9",
-                                  agents_dir() / "home-opencode", warm, args.ctx)
+        argv, env = agent_command("opencode", exes[name, version], TASKS[0], "http://127.0.0.1:9",
+                                  agents_dir() / f"home-opencode-{version}", warm, args.ctx)
         with contextlib.suppress(subprocess.TimeoutExpired):
             subprocess.run(argv, cwd=warm, env=env, capture_output=True, timeout=90, stdin=subprocess.DEVNULL)
         shutil.rmtree(warm, ignore_errors=True)
@@ -244,7 +255,7 @@ def run(args: argparse.Namespace) -> list[Run]:
                         r = run_task(client, exes[client], task, proxy, server, phase, args.ctx)
                         runs.append(r)
                         f = r.figures
-                        print(f"{client:9} {server:12} {phase:11} {task.name:12} done={r.done!s:5} rc={r.exit_code:3} "
+                        print(f"{r.client:16} {server:12} {phase:11} {task.name:12} done={r.done!s:5} rc={r.exit_code:3} "
                               f"{r.wall_s:7.1f} s req {f['requests']:2} prompt {f['prompt_tokens']:6} cached "
                               f"{f['cached_tokens']:6} decode {f['decode_tps']:5.1f} tok/s first "
                               f"{f['first_wall_s'] or 0:6.1f} s", file=sys.stderr, flush=True)
@@ -287,6 +298,9 @@ def per_client(runs: list[Run]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", default="claude,opencode")
+    for name, (package, version, _) in AGENTS.items():
+        p.add_argument(f"--{name}-version", default=version,
+                       help=f"{package} version(s) from npm, comma-separated (default {version})")
     p.add_argument("--tasks", default="", help=f"comma-separated, of: {', '.join(t.name for t in TASKS)}")
     p.add_argument("--servers", default="specli,llama-server")
     p.add_argument("--profile", default="default")
