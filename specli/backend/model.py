@@ -19,6 +19,7 @@ import llama_cpp
 import numpy as np
 
 from specli.backend import bounded, decoder
+from specli.backend.features import ModelFeatures
 from specli.backend.info import ModelFile
 from specli.backend.lib import last_log_error
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
@@ -50,7 +51,7 @@ _sampled_token.argtypes = [ctypes.c_void_p, ctypes.c_int32]
 _sampled_token.restype = ctypes.c_int32
 
 
-class Model(ModelText):
+class Model(ModelText, ModelFeatures):
     """One loaded GGUF with its own context, batch and KV cache (sequence 0)."""
 
     def __init__(self, source: str | Path | ModelFile, opts: LoadOptions | None = None) -> None:
@@ -76,6 +77,7 @@ class Model(ModelText):
         self.architecture = meta_str(self._model, "general.architecture") or "unknown"
         self.name = meta_str(self._model, "general.name") or self.path.stem
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
+        self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         self.chat_template: str | None = tmpl.decode("utf-8") if tmpl else None
@@ -132,6 +134,7 @@ class Model(ModelText):
         # what each sequence's KV cache holds: position i of sequence s = _seq_tokens[s][i]
         self._seq_tokens: list[list[int]] = [[] for _ in range(self.n_seq)]
         self.decode_seconds = 0.0  # time spent inside llama_decode
+        self.features = False  # hidden states beside the logits (set_features)
         self._dirty = [False] * self.n_seq  # a decode was interrupted before its tokens were updated
 
     # -- lifecycle ---------------------------------------------------------------
@@ -309,14 +312,14 @@ class Model(ModelText):
         self._check_part(seq, n, rows)
         if n <= self.n_batch:  # the usual case: one llama_decode, the rows read in place
             self._decode_chunk(tokens, rows, seq)
-            return self._rows_view(len(rows)) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
+            return self._read_rows(rows, n) if rows else np.empty((0, self.n_vocab), dtype=np.float32)
         parts: list[np.ndarray] = []
         for start in range(0, n, self.n_batch):
             end = min(n, start + self.n_batch)
             chunk_rows = [r - start for r in rows if start <= r < end]
             self._decode_chunk(tokens[start:end], chunk_rows, seq)
             if chunk_rows:
-                view = self._rows_view(len(chunk_rows))
+                view = self._read_rows(chunk_rows, end - start)
                 # rows of an earlier chunk are overwritten by the next decode: copy them
                 parts.append(view if end == n else view.copy())
         if not parts:
@@ -351,6 +354,8 @@ class Model(ModelText):
             self._seq_tokens[seq].extend(map(int, tokens))
         out: list[np.ndarray] = []
         n_rows = sum(len(r) for _, _, r in parts)
+        if self.features:
+            return self._parts_rows([(len(tokens), rows) for _, tokens, rows in parts])
         view = self._rows_view(n_rows) if n_rows else np.empty((0, self.n_vocab), dtype=np.float32)
         at = 0
         for _, _, rows in parts:  # llama.cpp keeps one batch's outputs in batch order

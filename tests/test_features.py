@@ -1,0 +1,86 @@
+"""The target's hidden states beside its logits (backend.features), for the learned
+drafters: read from the rows a decode already computes, with the logits unchanged bit
+for bit (real Qwen2.5-Coder 0.5B, the family the heads are for; SmolLM2 for two
+sequences in one batch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import SMOL, model_file
+
+from specli.errors import BackendError
+
+TEXT = (Path(__file__).resolve().parent.parent / "specli" / "engine" / "grammar.py").read_text()[:6000]
+
+
+def _run(m: Any, toks: list[int], features: bool, rows: list[int] | range) -> tuple[np.ndarray, ...]:
+    """A prefill past n_batch (its last row), a plain step, a verify batch of 8 (`rows`)."""
+    m.reset()
+    m.set_features(features)
+    try:
+        prefill = m.decode(toks[:600], [599]).copy()
+        step = m.decode(toks[600:601], [0]).copy()
+        verify = m.decode(toks[601:609], rows).copy()
+        hidden = m.hidden().copy() if features else np.empty(0)
+    finally:
+        m.set_features(False)
+    return prefill, step, verify, hidden
+
+
+def test_logits_are_bit_identical_with_features_on_and_off(qwen_draft: Any) -> None:
+    toks = qwen_draft.tokenize(TEXT)[:609]
+    assert len(toks) == 609 and qwen_draft.n_batch < 600  # the prefill is two llama_decode calls
+    off = _run(qwen_draft, toks, False, range(8))
+    on = _run(qwen_draft, toks, True, range(8))
+    for a, b in zip(off[:3], on[:3]):
+        assert a.shape == b.shape and np.array_equal(a, b)
+    # rows asked out of order of need: picked out of the batch's (all output) rows
+    some = _run(qwen_draft, toks, True, [2, 5, 7])
+    assert np.array_equal(some[2], off[2][[2, 5, 7]])
+    assert on[3].shape == (8, qwen_draft.n_embd) and np.isfinite(on[3]).all()
+
+
+def test_a_rows_hidden_state_is_its_positions_whatever_the_batch(qwen_draft: Any) -> None:
+    """Row i of a verify batch holds position i's state: the same (to float noise) as
+    decoding those tokens one at a time; different positions differ."""
+    toks = qwen_draft.tokenize(TEXT)[:209]
+    qwen_draft.reset()
+    qwen_draft.set_features(True)
+    try:
+        qwen_draft.decode(toks[:200], [199])
+        qwen_draft.decode(toks[200:209], range(9))
+        batch = qwen_draft.hidden().copy()
+        qwen_draft.rollback(200)
+        single = []
+        for t in toks[200:209]:
+            qwen_draft.decode([t], [0])
+            single.append(qwen_draft.hidden()[0].copy())
+    finally:
+        qwen_draft.set_features(False)
+    single_rows = np.stack(single)
+    scale = np.abs(single_rows).max()
+    assert np.abs(batch - single_rows).max() < 2e-2 * scale
+    assert np.abs(batch[0] - batch[1]).max() > 0.1 * scale
+    with pytest.raises(BackendError):
+        qwen_draft.hidden()  # features off: nothing to read
+
+
+def test_several_sequences_rows_with_features_on() -> None:
+    from specli.backend import LoadOptions, Model
+
+    m = Model(model_file(SMOL), LoadOptions(n_ctx=512, n_seq=2))
+    try:
+        a, b = m.tokenize("The quick brown fox"), m.tokenize("Once upon a time there was")
+        want = m.decode_parts([(0, a, [len(a) - 1]), (1, b, [1, len(b) - 1])])
+        want = [w.copy() for w in want]
+        m.reset()
+        m.set_features(True)
+        got = m.decode_parts([(0, a, [len(a) - 1]), (1, b, [1, len(b) - 1])])
+        assert all(np.array_equal(w, g) for w, g in zip(want, got))
+        assert m.hidden().shape == (len(a) + len(b), m.n_embd)
+    finally:
+        m.close()
