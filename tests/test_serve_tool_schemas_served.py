@@ -88,7 +88,7 @@ def test_every_test_suite_schema_is_served_by_a_real_server(server: ServeProcess
             reported = any(n.startswith(f"tool {name}: the call does not fit") for n in notes)
             assert fits != reported or "\\p{" in json.dumps(tools[name]), (name, arguments, notes)
             n_calls, n_unfit = n_calls + 1, n_unfit + (not fits)
-    assert n_calls >= len(chunks) // 3, (n_calls, len(chunks))  # 40 tokens hold the short calls
+    assert n_calls >= max(1, len(chunks) // 4), (n_calls, len(chunks))  # 40 tokens hold the short calls
     assert "not enforced while it is written" in server.log  # the server's log line names them too
     print(f"{len(groups)} schemas in {len(chunks)} requests: {n_calls} calls, {n_unfit} reported unfit")
 
