@@ -67,7 +67,9 @@ def measure(name: str, threads: int, repeats: int) -> list[dict[str, Any]]:
                 m.decode(toks[:PREFIX], [PREFIX - 1])
             off, on = statistics.median(times[False]), statistics.median(times[True])
             out.append({"target": name, "rows": "prefill 512" if n == PREFILL else n, "off_ms": 1000 * off,
-                        "on_ms": 1000 * on, "ratio": on / off, "identical": bool(np.array_equal(rows[False], rows[True]))})
+                        "on_ms": 1000 * on, "ratio": on / off, "identical": bool(np.array_equal(rows[False], rows[True])),
+                        "max_diff": float(np.abs(rows[False] - rows[True]).max()),
+                        "same_argmax": bool((rows[False].argmax(axis=1) == rows[True].argmax(axis=1)).all())})
         return out
     finally:
         m.set_features(False)
@@ -80,12 +82,13 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
     args = p.parse_args()
-    print("| target | batch | features off ms | on ms | on / off | logits identical |")
-    print("|---|---|---:|---:|---:|---|")
+    print("| target | batch | features off ms | on ms | on / off | logits identical | max abs difference | same argmax |")
+    print("|---|---|---:|---:|---:|---|---:|---|")
     for name in args.targets.split(","):
         for r in measure(name, args.threads, args.repeats):
             print(f"| {r['target']} | {r['rows']} | {r['off_ms']:.1f} | {r['on_ms']:.1f} | {r['ratio']:.2f}x | "
-                  f"{'yes' if r['identical'] else 'NO'} |", flush=True)
+                  f"{'yes' if r['identical'] else 'NO'} | {r['max_diff']:.2g} | {'yes' if r['same_argmax'] else 'NO'} |",
+                  flush=True)
     return 0
 
 

@@ -4,8 +4,10 @@ features (a mixin of backend.Model, which holds `_ctx`, `_batch`, `_lock` and `n
 With `llama_set_embeddings` on and pooling none (a generative model's), one llama_decode
 gives both the logits and, for every row, the final norm's output (the lm_head's input).
 llama.cpp then makes every row of the batch an output: Model.decode picks the rows asked
-for out of them (Model._read_rows), and the logits of those rows are the same as with
-features off (tests/test_features.py).
+for out of them (Model._read_rows). The logits of a step and of a verify batch are the
+same bit for bit as with features off; a long prefill's differ by float noise (the
+lm_head over hundreds of rows takes another kernel path), so the prompt's last token is
+decoded alone where exact logits matter (tests/test_features.py, benchmarks.features_cost).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class ModelFeatures:
         """Hidden states beside the logits from each decode (`hidden`): the final norm's
         output, the lm_head's input, for every row. llama.cpp then makes every row of a
         batch an output (a prefill computes a logits row per token), so it is on only
-        where a drafter reads them; the logits asked for are the same either way."""
+        where a drafter reads them (the module docstring says which logits stay the same)."""
         if on != self.features:
             with self._lock:
                 llama_cpp.llama_set_embeddings(self._ctx, on)
