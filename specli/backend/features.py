@@ -31,8 +31,13 @@ class ModelFeatures:
     _ctx: Any
     _batch: Any
     _lock: threading.RLock
-    n_embd: int
-    features: bool
+    _model: Any
+    features: bool = False  # hidden states beside the logits (set_features)
+
+    @property
+    def n_embd(self) -> int:
+        """The width of a hidden state."""
+        return int(llama_cpp.llama_model_n_embd(self._model))
     _rows_view: Callable[[int], np.ndarray]  # Model's: the last decode's first n output rows
 
     def set_features(self, on: bool) -> None:

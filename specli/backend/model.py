@@ -2,8 +2,8 @@
 KV cache (a server's slots; 1 elsewhere). It decodes batches asking logits only for the
 rows named, several sequences' parts in one batch where asked (`decode_parts`), hands
 rows back as zero-copy numpy views, and rolls each sequence back to any earlier position;
-methods without a `seq` argument work on sequence 0. Its text side: backend.model_text.
-"""
+methods without a `seq` argument work on sequence 0. Its text side: backend.model_text;
+its hidden states: backend.features."""
 
 from __future__ import annotations
 
@@ -77,7 +77,6 @@ class Model(ModelText, ModelFeatures):
         self.architecture = meta_str(self._model, "general.architecture") or "unknown"
         self.name = meta_str(self._model, "general.name") or self.path.stem
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
-        self.n_embd = int(llama_cpp.llama_model_n_embd(self._model))
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         self.chat_template: str | None = tmpl.decode("utf-8") if tmpl else None
@@ -111,8 +110,7 @@ class Model(ModelText, ModelFeatures):
             )
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx)) // self.n_seq  # per sequence
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
-        # Largest batch whose logits equal one-token decoding bit for bit: 1 until
-        # measured on this model and build (specli.runtime.calibration sets it)
+        # largest batch whose logits equal one-token decoding bit for bit (runtime.calibration measures it)
         self.exact_batch = 1
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -134,7 +132,6 @@ class Model(ModelText, ModelFeatures):
         # what each sequence's KV cache holds: position i of sequence s = _seq_tokens[s][i]
         self._seq_tokens: list[list[int]] = [[] for _ in range(self.n_seq)]
         self.decode_seconds = 0.0  # time spent inside llama_decode
-        self.features = False  # hidden states beside the logits (set_features)
         self._dirty = [False] * self.n_seq  # a decode was interrupted before its tokens were updated
 
     # -- lifecycle ---------------------------------------------------------------
@@ -352,10 +349,10 @@ class Model(ModelText, ModelFeatures):
         self._run_batch(n, seqs)
         for seq, tokens, _ in parts:
             self._seq_tokens[seq].extend(map(int, tokens))
-        out: list[np.ndarray] = []
-        n_rows = sum(len(r) for _, _, r in parts)
         if self.features:
             return self._parts_rows([(len(tokens), rows) for _, tokens, rows in parts])
+        out: list[np.ndarray] = []
+        n_rows = sum(len(r) for _, _, r in parts)
         view = self._rows_view(n_rows) if n_rows else np.empty((0, self.n_vocab), dtype=np.float32)
         at = 0
         for _, _, rows in parts:  # llama.cpp keeps one batch's outputs in batch order
