@@ -1,5 +1,5 @@
 """A loaded model's hidden states beside its logits, for drafters that read the target's
-features (a mixin of backend.Model, which holds `_ctx`, `_batch`, `_lock` and `n_embd`).
+features (a mixin of backend.Model, which holds `_model`, `_ctx`, `_batch` and `_lock`).
 
 With `llama_set_embeddings` on and pooling none (a generative model's), one llama_decode
 gives both the logits and, for every row, the final norm's output (the lm_head's input).
@@ -33,12 +33,12 @@ class ModelFeatures:
     _lock: threading.RLock
     _model: Any
     features: bool = False  # hidden states beside the logits (set_features)
+    _rows_view: Callable[[int], np.ndarray]  # Model's: the last decode's first n output rows
 
     @property
     def n_embd(self) -> int:
         """The width of a hidden state."""
         return int(llama_cpp.llama_model_n_embd(self._model))
-    _rows_view: Callable[[int], np.ndarray]  # Model's: the last decode's first n output rows
 
     def set_features(self, on: bool) -> None:
         """Hidden states beside the logits from each decode (`hidden`): the final norm's

@@ -45,6 +45,7 @@ class Served:
     constraint: dict[str, Any]
     grammar: Grammar
     unenforced: tuple[str, ...]
+    validator: Any  # jsonschema's, of the schema's own draft
 
     def problem(self, instance: Any) -> str | None:
         """Why `instance` fails the whole schema (its first error), or None where it fits
@@ -52,13 +53,16 @@ class Served:
         if not self.unenforced:
             return None  # the grammar enforced all of it
         try:
-            error = jsonschema.exceptions.best_match(_validator(json.dumps(self.schema)).iter_errors(instance))
+            error = jsonschema.exceptions.best_match(self.validator.iter_errors(instance))
         except (referencing.exceptions.Unresolvable, jsonschema.exceptions.SchemaError, re.error):
             return None  # a reference to another document, a pattern Python's re cannot read
-        if error is None:
-            return None
-        at = "/".join(str(p) for p in error.absolute_path)
-        return f"{error.message}{f' (at {at})' if at else ''}"
+        return None if error is None else _placed(error)
+
+
+def _placed(error: jsonschema.exceptions._Error) -> str:
+    """A jsonschema error's message and where it is (a path into the instance or schema)."""
+    at = "/".join(str(p) for p in error.absolute_path)
+    return f"{error.message}{f' (at {at})' if at else ''}"
 
 
 def served(schema: dict[str, Any]) -> Served:
@@ -76,26 +80,26 @@ def served_arguments(schema: dict[str, Any]) -> Served:
 def _served(text: str, arguments: bool) -> Served:
     schema = json.loads(text)
     try:
-        _validator(text)
+        validator = _validator(schema)
     except jsonschema.exceptions.SchemaError as e:
-        at = "/".join(str(p) for p in e.absolute_path)
-        raise NotASchema(f"it is not a JSON Schema: {e.message}{f' (at {at})' if at else ''}") from None
+        raise NotASchema(f"it is not a JSON Schema: {_placed(e)}") from None
     constraint, dropped = _without_patterns_it_cannot_read(schema)
     if arguments:
         kind = constraint.get("type", "object")
         if kind != "object" and not (isinstance(kind, list) and "object" in kind):
-            return _any_object(schema, f"a call's arguments are an object, its root's type is {json.dumps(kind)}")
+            return _any_object(schema, validator, f"a call's arguments are an object, its root's type is "
+                                                  f"{json.dumps(kind)}")
         constraint["type"] = "object"
     try:
         grammar = compile_grammar("json_schema", json.dumps(constraint), lenient=True)
-        return Served(schema, constraint, grammar, tuple(dropped) + grammar.unenforced)
+        return Served(schema, constraint, grammar, tuple(dropped) + grammar.unenforced, validator)
     except UsageError as e:  # valid JSON Schema the engine cannot compile: a remote $ref, an unsatisfiable one
-        return _any_object(schema, e.message.removeprefix("the JSON schema is invalid: "))
+        return _any_object(schema, validator, e.message.removeprefix("the JSON schema is invalid: "))
 
 
-def _any_object(schema: dict[str, Any], reason: str) -> Served:
+def _any_object(schema: dict[str, Any], validator: Any, reason: str) -> Served:
     return Served(schema, ANY_OBJECT, compile_grammar("json_schema", json.dumps(ANY_OBJECT)),
-                  (f"the whole schema ({reason})",))
+                  (f"the whole schema ({reason})",), validator)
 
 
 _DATA_KEYS = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
@@ -131,10 +135,9 @@ def _readable(pattern: str) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=256)
-def _validator(text: str) -> Any:
-    """A validator of the schema's own draft, its schema checked (SchemaError)."""
-    schema = json.loads(text)
+def _validator(schema: dict[str, Any]) -> Any:
+    """A validator of the schema's own draft, its schema checked (SchemaError; run once
+    per schema, under _served's cache)."""
     cls = jsonschema.validators.validator_for(schema, default=_DRAFT)
     # the metaschema without format checks: an ECMA pattern Python's re cannot read
     # (\p{Letter}) is still a pattern
