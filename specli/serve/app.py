@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from specli.runtime.prompt_cache import default_dir
-from specli.serve import errors, llama_routes, messages, responses, responses_api
+from specli.serve import errors, llama_routes, messages, responses, responses_api, web
 from specli.serve.context import AppConfig, Served, authorize, read_json, served_of
 from specli.serve.errors import ApiError
 from specli.serve.infill import INFILL
@@ -160,6 +160,7 @@ ROUTES = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
     *llama_routes.ROUTES,
+    *web.ROUTES,
 ]
 
 

@@ -28,8 +28,11 @@ async def events(ids: Ids, req: Request, queue: Queue) -> AsyncIterator[bytes]:
         if isinstance(item, Delta):
             text = item.text if item.text or not item.calls else None
             logprobs = responses.logprobs_object(req.kind, item.logprobs, offset)
-            yield responses.sse(responses.chunk(ids, req.kind, text, first=first, include_usage=req.include_usage,
-                                                calls=item.calls, logprobs=logprobs))
+            chunk = responses.chunk(ids, req.kind, text, first=first, include_usage=req.include_usage,
+                                    calls=item.calls, logprobs=logprobs)
+            if item.sources is not None:  # the web page's extension, asked for by specli.sources
+                chunk["specli"] = item.sources
+            yield responses.sse(chunk)
             offset += len(item.text)
             first = False
             continue

@@ -44,6 +44,7 @@ class Options:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     editor: EditorStops = EditorStops()  # llama-server's n_indent and t_max_predict_ms, a FIM's suffix stop
+    sources: bool = False  # stream each token's source, the steps and live figures (the web page)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ _COMPLETION_ONLY = frozenset({"prompt", "echo", "suffix", "best_of", "n_indent",
 _COMMON = frozenset({"model", "prediction", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "seed",
                      "max_tokens", "stop", "n", "logprobs", "logit_bias", "frequency_penalty",
                      "presence_penalty", "user", "metadata", "store", "service_tier", "cache_prompt", "specli"})
-_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens", "grammar_drafts", "suffix_stop")
+_SPECLI_KEYS = ("drafter", "draft_max", "exact", "history", "return_tokens", "grammar_drafts", "suffix_stop",
+               "sources")
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -263,7 +265,8 @@ def _prediction(value: Any) -> str | None:
 
 
 def _specli(value: Any) -> dict[str, Any]:
-    """specli's own request options: {drafter, draft_max, exact, history, return_tokens, grammar_drafts}."""
+    """specli's own request options: {drafter, draft_max, exact, history, return_tokens, grammar_drafts,
+    suffix_stop, sources}."""
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -34,6 +34,7 @@ from specli.serve.errors import ApiError, invalid
 from specli.serve.prompts import answer_grammar
 from specli.serve.requests import Request
 from specli.serve.responses import OpenAIFinish, Outcome, logprob_entries
+from specli.serve.sources import SourceMarks
 from specli.serve.tools import CallStream, ToolCall
 
 State = Literal["loading", "ready", "failed", "stopping"]
@@ -52,6 +53,7 @@ class Delta:
     text: str
     calls: tuple[tuple[int, ToolCall], ...] = ()  # (index in the answer, call)
     logprobs: list[dict[str, Any]] | None = None  # of the tokens since the last delta, where asked
+    sources: dict[str, Any] | None = None  # where asked (the web page): its tokens' sources, steps, figures
 
 
 Pushed = Delta | Outcome | ApiError  # what a job hands its request's reader
@@ -386,10 +388,14 @@ class Worker:
         send: Callable[[Pushed], None] = job.push if job.request.stream else (lambda item: None)
         editor = EditorText(o.editor, time.perf_counter()) if o.editor.any else None
         events = generate(rt.target, job.prompt, config, drafter, constraint=constraint)
+        marks = (SourceMarks(rt.target.stream_detokenizer().push, rt.target.vocab.piece, use, len(job.prompt))
+                 if o.sources and job.request.stream and calls is None and editor is None else None)
         try:
             for ev in events:
                 counters, finish, stop_string = ev.counters, ev.finish_reason, ev.stop_string
                 tokens.extend(ev.tokens)
+                if marks is not None:
+                    marks.add(ev)
                 if lps is not None and ev.logprobs:
                     pending += logprob_entries(ev.logprobs, rt.target.vocab.piece)
                 piece = ev.text if editor is None else editor.push(ev.text)
@@ -398,7 +404,8 @@ class Worker:
                 if piece:
                     parts.append(piece)
                     if calls is None:
-                        send(Delta(piece, logprobs=pending if lps is not None else None))
+                        send(Delta(piece, logprobs=pending if lps is not None else None,
+                                   sources=marks.take(piece, counters) if marks is not None else None))
                         if lps is not None:
                             lps, pending = lps + pending, []
                     else:
