@@ -48,14 +48,25 @@ function copyButton(pre) {
   pre.append(button);
 }
 
-function find(raw, ch, from) {
-  const end = Math.min(raw.length, from + LOOKAHEAD);
+const NEAR = 4; // within a text node, characters follow each other in the raw text but for escapes
+
+function find(raw, ch, from, reach) {
+  const end = Math.min(raw.length, from + reach);
   for (let j = from; j < end; j++) if (raw[j] === ch) return j;
   return -1;
 }
 
-// Each rendered character is matched to the next equal character of the raw text (markdown
-// only leaves characters out), and runs of characters of one token become one span.
+// Where a rendered text node starts in the raw text: its first characters, found within
+// LOOKAHEAD of the last match (what lies between is markdown's syntax: "## ", "1. **", a link).
+function anchor(raw, text, from) {
+  const probe = text.slice(0, 12);
+  const j = raw.slice(from, from + LOOKAHEAD + probe.length).indexOf(probe);
+  return j >= 0 ? from + j : -1;
+}
+
+// Each rendered text node is anchored in the raw text, then its characters matched in
+// order; runs of characters of one token become one span. Whitespace between blocks is
+// the renderer's own and is left alone.
 function markTokens(root, raw, owner, marks) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   const nodes = [];
@@ -63,14 +74,17 @@ function markTokens(root, raw, owner, marks) {
   let at = 0;
   for (const node of nodes) {
     const text = node.data;
+    if (!text.trim()) continue;
+    const start = anchor(raw, text, at);
+    if (start >= 0) at = start;
     const pieces = [];
-    let start = 0, token = -1;
+    let from = 0, token = -1;
     const close = (end) => {
-      if (end > start) pieces.push([text.slice(start, end), token]);
-      start = end;
+      if (end > from) pieces.push([text.slice(from, end), token]);
+      from = end;
     };
     for (let i = 0; i < text.length; i++) {
-      const j = find(raw, text[i], at);
+      const j = find(raw, text[i], at, start >= 0 || i > 0 ? NEAR : LOOKAHEAD);
       const t = j >= 0 ? owner[j] : -1;
       if (t >= 0) at = j + 1;
       if (t !== token) { close(i); token = t; }
