@@ -156,6 +156,8 @@ def test_an_answer_streams_in_with_each_token_marked_by_its_source(page: Page) -
     assert tab.text_content("#tooltip").startswith("ngram: n-gram lookup")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(ARTIFACTS / "web-page.png"))
+    tab.emulate_media(color_scheme="dark")
+    tab.screenshot(path=str(ARTIFACTS / "web-page-dark.png"))
     assert page.elsewhere == []
 
 
@@ -182,6 +184,31 @@ def test_stop_cancels_and_the_server_goes_on(page: Page, server: ServeProcess) -
     page.answered()
     answer = _stored_answer(tab)
     assert answer["content"] and "error" not in answer and answer.get("note") != "Stopped."
+
+
+def _luminance(css: str) -> float:
+    r, g, b = (int(v) / 255 for v in re.findall(r"\d+", css)[:3])
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_source_reads_in_both_themes(page: Page, scheme: str) -> None:
+    """Text on each source's background has WCAG AA contrast (4.5:1), and each drafted
+    source has an underline style, so the marks do not rest on colour alone."""
+    tab = page.open()
+    tab.emulate_media(color_scheme=scheme)
+    page.ready()
+    styles = tab.eval_on_selector_all("#legend .tok", """els => els.map(e => {
+        const s = getComputedStyle(e);
+        return [e.dataset.source, s.color, s.backgroundColor, s.textDecorationLine, s.textDecorationStyle]; })""")
+    page_bg = tab.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert {s[0] for s in styles} == SOURCES
+    for source, fg, bg, line, _ in styles:
+        back = page_bg if bg in ("rgba(0, 0, 0, 0)", "transparent") else bg
+        hi, lo = sorted((_luminance(fg), _luminance(back)), reverse=True)
+        assert (hi + 0.05) / (lo + 0.05) >= 4.5, (scheme, source, fg, back)
+        assert (line == "underline") == (source != "target"), (source, line)
 
 
 def test_the_page_asks_for_the_key_once_and_never_shows_it(browser: Any) -> None:

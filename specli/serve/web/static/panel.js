@@ -10,9 +10,12 @@ const COLOURS = { none: "#8c959f", ngram: "#d4a72c", history: "#2da44e", draft: 
                   grammar: "#6e7781", suffix: "#fb8f44", heads: "#14b8a6" };
 
 function chart(el, series, height = 120) {
+  const style = getComputedStyle(document.documentElement);
+  const axis = { size: 40, stroke: style.getPropertyValue("--muted"), grid: { stroke: style.getPropertyValue("--line") },
+                 ticks: { stroke: style.getPropertyValue("--line") } };
   const opts = {
     width: el.clientWidth || 280, height, legend: { show: false }, cursor: { show: false },
-    scales: { x: { time: false } }, axes: [{ show: false }, { size: 30 }],
+    scales: { x: { time: false } }, axes: [{ show: false }, axis],
     series: [{}, ...series],
   };
   const data = [[], ...series.map(() => [])];
