@@ -88,10 +88,12 @@ def test_default_profile_end_to_end(name: str, calibration_file: Path, tmp_path:
     assert base["metrics"]["n_drafted"] == 0 and base["n_tokens"] >= case.n // 2
     assert not calibration_file.exists() and measured == []  # plain decoding needs no costs
 
-    # first use: auto measures this machine's costs and caches them
+    # first use: auto measures this machine's costs and caches them; a busy machine (CI's,
+    # a developer's) measures again, up to the tries measure_idle allows, and stores the
+    # quietest marked provisional with the load it saw
     first = generate(case, *spec_args)
     assert first["settings"]["drafter"] == "auto" and first["settings"]["draft"] == case.models[-1]
-    assert measured == ["measure"]
+    assert 1 <= len(measured) <= calibration.MEASURE_TRIES
     entries = json.loads(calibration_file.read_text())["entries"]
     assert len(entries) == 1
     (key, entry), = entries.items()
@@ -100,18 +102,29 @@ def test_default_profile_end_to_end(name: str, calibration_file: Path, tmp_path:
     noise = f"measured batching noise {entry['max_logit_diff']} (nonzero: outputs may part at a near-tie)"
     assert first["text"] == base["text"], noise
     assert first["metrics"]["n_drafted"] > 0 and first["metrics"]["n_accepted"] > 0, first["metrics"]
+    assert len(measured) == 1 or (entry["provisional"] and entry["load"]), entry
 
-    # second use: the cached figures, nothing measured again
-    second = generate(case, *spec_args)
-    assert second["text"] == base["text"], noise
-    assert second["metrics"]["n_drafted"] > 0
-    assert measured == ["measure"]
-    assert json.loads(calibration_file.read_text())["entries"][key]["measured"] == entry["measured"]
+    # second use: the cached figures, nothing measured again (unless they were measured busy
+    # and the machine is idle now: then measured once more, as the product is meant to)
+    _, entry = _reused(case, spec_args, base, measured, calibration_file, key, entry, noise)
+    hybrid, _ = _reused(case, (*spec_args, "--drafter", "hybrid"), base, measured, calibration_file, key, entry, noise)
+    assert hybrid["metrics"]["n_accepted"] > 0, hybrid["metrics"]
 
-    hybrid = generate(case, *spec_args, "--drafter", "hybrid")
-    assert hybrid["text"] == base["text"], noise
-    assert hybrid["metrics"]["n_drafted"] > 0 and hybrid["metrics"]["n_accepted"] > 0
-    assert measured == ["measure"]
+
+def _reused(case: Case, args: tuple[str, ...], base: dict[str, Any], measured: list[str], calibration_file: Path,
+            key: str, entry: dict[str, Any], noise: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A generation with stored costs: the target's text, drafted, and the stored entry
+    reused as it is, or (a provisional one) measured again at most MEASURE_TRIES times."""
+    before = len(measured)
+    out = generate(case, *args)
+    assert out["text"] == base["text"], noise
+    assert out["metrics"]["n_drafted"] > 0, out["metrics"]
+    now = json.loads(calibration_file.read_text())["entries"][key]
+    if not entry["provisional"]:
+        assert len(measured) == before and now["measured"] == entry["measured"]
+    else:
+        assert len(measured) - before <= calibration.MEASURE_TRIES
+    return out, dict(now)
 
 
 def test_history_drafts_from_earlier_runs(calibration_file: Path, tmp_path: Path) -> None:

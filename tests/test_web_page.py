@@ -26,7 +26,7 @@ ARTIFACTS = Path(os.environ.get("SPECLI_TEST_ARTIFACTS", Path(__file__).parent.p
 KEY = "page-test-key-5f2c"
 REPEATS = ("Repeat this sentence three times, one per line: The quick brown fox jumps over the lazy dog "
            "near the river bank.")
-SOURCES = {"target", "ngram", "history", "draft", "prediction", "grammar", "suffix", "heads"}
+SOURCES = {"target", "ngram", "suffix", "draft", "hybrid", "prediction", "grammar", "heads"}
 PAGE_BYTES_MAX = 300_000
 
 
@@ -141,6 +141,7 @@ def test_an_answer_streams_in_with_each_token_marked_by_its_source(page: Page) -
     page.send(REPEATS)
     # while it streams: text already shown, Stop offered, the panel counting
     tab.wait_for_function("document.querySelector('.message.assistant .body').textContent.length > 0 && "
+                          "Number(document.querySelector('[data-figure=generated]').textContent) > 0 && "
                           "!document.querySelector('#stop').hidden", timeout=60_000)
     page.answered()
     answer = _stored_answer(tab)
@@ -153,7 +154,7 @@ def test_an_answer_streams_in_with_each_token_marked_by_its_source(page: Page) -
     assert tab.text_content('[data-figure="acceptance"]').endswith("%")
     drafted = tab.locator('.message.assistant .tok[data-source="ngram"]').first
     drafted.hover()
-    assert tab.text_content("#tooltip").startswith("ngram: n-gram lookup")
+    assert tab.text_content("#tooltip").startswith("ngram: n-gram lookup in the prompt")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(ARTIFACTS / "web-page.png"))
     tab.emulate_media(color_scheme="dark")
@@ -184,6 +185,44 @@ def test_stop_cancels_and_the_server_goes_on(page: Page, server: ServeProcess) -
     page.answered()
     answer = _stored_answer(tab)
     assert answer["content"] and "error" not in answer and answer.get("note") != "Stopped."
+
+
+def test_settings_edit_resend_copy_and_conversations_kept(page: Page) -> None:
+    """The system prompt, temperature and max tokens go into the request with the
+    extension; Edit and send again drops the turns after it; a code block copies; the
+    conversation outlives a reload, and New conversation starts an empty one."""
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=page.base)
+    tab = page.open()
+    page.ready()
+    tab.click("#settings-toggle")
+    tab.fill("#system", "You are terse.")
+    tab.dispatch_event("#system", "change")
+    tab.click("#settings-toggle")
+    page.settings(max_tokens=12, temperature=0)
+    sent: list[dict[str, Any]] = []
+    tab.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/chat/completions") else None)
+    page.send("Say hello.")
+    page.answered()
+    assert sent[0]["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert sent[0]["max_tokens"] == 12 and sent[0]["temperature"] == 0 and sent[0]["specli"] == {"sources": True}
+    tab.click(".message.user button:has-text('Edit')")
+    tab.fill(".edit-box textarea", "Write a Python line that prints 1, in a code block.")
+    tab.click(".edit-box button:has-text('Send again')")
+    page.answered()
+    assert [m["content"] for m in sent[1]["messages"][1:]] == ["Write a Python line that prints 1, in a code block."]
+    stored = json.loads(tab.evaluate("localStorage.getItem('specli.conversations')"))
+    assert len(stored) == 1 and [m["role"] for m in stored[0]["messages"]] == ["user", "assistant"]
+    if tab.locator(".message.assistant pre").count():
+        tab.click(".message.assistant pre .copy")
+        code = tab.text_content(".message.assistant pre code")
+        assert tab.evaluate("navigator.clipboard.readText()") == code
+    tab.reload()
+    page.ready()
+    assert tab.locator("#conversation-list li").count() == 1 and tab.locator(".message").count() == 2
+    tab.click("#new-chat")
+    assert tab.locator(".message").count() == 0
+    tab.click("#conversation-list li button.open")
+    assert tab.text_content(".message.user .body") == "Write a Python line that prints 1, in a code block."
 
 
 def _luminance(css: str) -> float:

@@ -25,8 +25,9 @@ const LANGUAGES = { bash, c, cpp, css, diff, go, java, javascript, json, markdow
 for (const [name, grammar] of Object.entries(LANGUAGES)) hljs.registerLanguage(name, grammar);
 
 export const SOURCE_NAMES = {
-  target: "written by the target", ngram: "n-gram lookup", history: "history store", draft: "draft model",
-  prediction: "predicted output", grammar: "grammar-forced", suffix: "suffix match", heads: "learned heads",
+  target: "written by the target", ngram: "n-gram lookup in the prompt", suffix: "suffix match in the history store",
+  draft: "draft model", hybrid: "draft model and n-gram lookup", prediction: "predicted output",
+  grammar: "grammar-forced", heads: "learned heads",
 };
 // how far ahead in the raw text a rendered character is looked for (markdown drops its syntax)
 const LOOKAHEAD = 200;
