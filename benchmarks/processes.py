@@ -29,7 +29,7 @@ def free_port() -> int:
 def start_rpc_server(port: int) -> subprocess.Popen[bytes]:
     """`specli rpc-server` on 127.0.0.1:port, answering HELLO before this returns."""
     from specli.backend.rpc import probe
-    from specli.endpoints import Endpoint
+    from specli.rpc_endpoints import Endpoint
 
     p = subprocess.Popen([sys.executable, "-m", "specli.cli", "rpc-server", "--port", str(port), "--threads", "2"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_sigint)

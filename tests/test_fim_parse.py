@@ -13,8 +13,8 @@ import pytest
 from specli.errors import UsageError
 from specli.runtime.fim import EditorStops, EditorText, FimFields, check_fim, fim_prompt, model_fim_prompt
 from specli.serve.errors import ApiError
-from specli.serve.infill import parse_infill
-from specli.serve.requests import parse_request
+from specli.serve.protocols.llama_server.request import parse_infill
+from specli.serve.protocols.openai_completions.request import parse_request
 from specli.types import FimTokens
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fim" / "llama-server-infill-prompts.json"

@@ -29,11 +29,12 @@ def _modules() -> Iterator[tuple[str, Path, ast.Module]]:
         yield name, path, ast.parse(path.read_text())
 
 
-def _imports(tree: ast.AST, top_level_only: bool, modules: frozenset[str] = frozenset()) -> Iterator[str]:
-    """Modules imported at run time (not under TYPE_CHECKING), by name (`from a import b`:
-    a.b where that is one of `modules`, else a); with `top_level_only`, those imported
-    when the module is, not in its functions."""
-    for node in _walk(tree, top_level_only):
+def _imports(tree: ast.AST, top_level_only: bool, modules: frozenset[str] = frozenset(),
+             type_checking: bool = False) -> Iterator[str]:
+    """Modules imported at run time (and with `type_checking`, under TYPE_CHECKING too), by
+    name (`from a import b`: a.b where that is one of `modules`, else a); with
+    `top_level_only`, those imported when the module is, not in its functions."""
+    for node in _walk(tree, top_level_only, type_checking):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -42,20 +43,21 @@ def _imports(tree: ast.AST, top_level_only: bool, modules: frozenset[str] = froz
                 yield sub if sub in modules else node.module
 
 
-def _walk(node: ast.AST, top_level_only: bool) -> Iterator[ast.AST]:
+def _walk(node: ast.AST, top_level_only: bool, type_checking: bool = False) -> Iterator[ast.AST]:
     for child in ast.iter_child_nodes(node):
         if top_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
-        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+        if not type_checking and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
             continue  # for the type checker only: nothing imported at run time
         yield child
-        yield from _walk(child, top_level_only)
+        yield from _walk(child, top_level_only, type_checking)
 
 
 def test_no_import_circle() -> None:
+    """None at run time, nor through imports for the type checker: a reader sees both."""
     modules = {name: tree for name, _, tree in _modules()}
     names = frozenset(modules)
-    graph = {name: {m for m in _imports(tree, False, names) if m in names and m != name}
+    graph = {name: {m for m in _imports(tree, False, names, type_checking=True) if m in names and m != name}
              for name, tree in modules.items()}
     done: set[str] = set()
 
@@ -85,6 +87,39 @@ def test_imports_go_one_way(package: str) -> None:
             parts = module.split(".")
             assert not (parts[0] == "specli" and len(parts) > 1 and parts[1] in FORBIDDEN[package]), (
                 f"{path.relative_to(ROOT.parent)} imports {module}")
+
+
+PROTOCOLS = "specli.serve.protocols"
+PROTOCOL_PACKAGES = ("openai_completions", "anthropic_messages", "openai_responses", "llama_server")
+ROUTE_TABLE = "specli.serve.app"
+# the HTTP side that drives jobs: a protocol never reaches into it
+DRIVERS = ("specli.serve.worker", "specli.serve.app", "specli.serve.generation", "specli.serve.server")
+
+
+def test_only_the_route_table_imports_a_protocol_package() -> None:
+    for name, path, tree in _modules():
+        if name.startswith(PROTOCOLS) or name == ROUTE_TABLE:
+            continue
+        for module in _imports(tree, False, type_checking=True):
+            assert not any(module.startswith(f"{PROTOCOLS}.{p}") for p in PROTOCOL_PACKAGES), (
+                f"{path.relative_to(ROOT.parent)} imports {module}")
+
+
+def test_no_protocol_imports_the_worker_or_the_app() -> None:
+    for name, path, tree in _modules():
+        if name.startswith(PROTOCOLS):
+            for module in _imports(tree, False, type_checking=True):
+                assert not module.startswith(DRIVERS), f"{path.relative_to(ROOT.parent)} imports {module}"
+
+
+def test_the_neutral_core_knows_no_protocol() -> None:
+    """The worker, slots, rendering, tools, prompt cache, the request and outcome records:
+    nothing from serve/protocols/, the contract included."""
+    for name, path, tree in _modules():
+        if name.startswith("specli.serve") and not name.startswith(PROTOCOLS) and name not in (
+                ROUTE_TABLE, "specli.serve.generation", "specli.serve.server"):
+            for module in _imports(tree, False, type_checking=True):
+                assert not module.startswith(PROTOCOLS), f"{path.relative_to(ROOT.parent)} imports {module}"
 
 
 def test_only_the_backend_imports_llama_cpp() -> None:

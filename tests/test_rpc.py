@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from benchmarks.processes import default_sigint, free_port, start_rpc_server, stop_process
 from specli import profiles
 from specli.cli import app
-from specli.endpoints import BadEndpoint, Endpoint, parse_endpoint, parse_endpoints
 from specli.errors import EXIT_RPC, ProfileError
+from specli.rpc_endpoints import BadEndpoint, Endpoint, parse_endpoint, parse_endpoints
 from tests.conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
 from tests.rpc_relay import Relay
 

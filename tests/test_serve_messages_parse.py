@@ -12,12 +12,14 @@ import pytest
 from specli.engine.metrics import Counters
 from specli.serve import errors
 from specli.serve.errors import ApiError
-from specli.serve.messages import MESSAGES, ReasoningStream, error, split_reasoning, whole
-from specli.serve.messages_request import parse_messages
-from specli.serve.requests import fold_system
-from specli.serve.responses import Ids, Outcome
+from specli.serve.outcome import Delta, Outcome
+from specli.serve.protocols.anthropic_messages import MESSAGES
+from specli.serve.protocols.anthropic_messages.reply import error, whole
+from specli.serve.protocols.anthropic_messages.request import parse_messages
+from specli.serve.protocols.base import Ids
+from specli.serve.protocols.reasoning import ReasoningStream, split_reasoning
+from specli.serve.rendering import fold_system
 from specli.serve.tools import ToolCall
-from specli.serve.worker import Delta
 
 USER = [{"role": "user", "content": "hi"}]
 TOOL = {"name": "Read", "description": "Read a file",
@@ -156,7 +158,8 @@ def _frames(items: list[Any], req_body: dict[str, Any] | None = None) -> list[di
 def _outcome(text: str, reason: Any = "stop", calls: list[ToolCall] | None = None,
              stop: str | None = None) -> Outcome:
     c = Counters(n_prompt=12, n_prompt_reused=5, n_generated=7)
-    return Outcome(text, reason, c, "stop", tool_calls=calls or [], stop_string=stop)
+    finish = {"stop": "stop_string" if stop else "end", "tool_calls": "tool_call"}.get(reason, reason)
+    return Outcome(text, finish, c, "stop", tool_calls=calls or [], stop_string=stop)
 
 
 def test_stream_events_come_in_anthropics_order() -> None:
@@ -207,7 +210,7 @@ def test_strict_model_refuses_other_names_in_each_protocols_shape() -> None:
 
     from specli.profiles import Settings
     from specli.serve.app import AppConfig, create_app
-    from specli.serve.metrics import ServerMetrics
+    from specli.serve.stats import ServerMetrics
     from specli.serve.worker import Worker
 
     def post(strict: bool, path: str, model: str) -> tuple[int, dict[str, Any]]:

@@ -13,10 +13,11 @@ import pytest
 from specli.engine import metrics
 from specli.engine.grammar import Constraint
 from specli.serve.errors import ApiError
-from specli.serve.response_store import ResponseStore, Stored
-from specli.serve.responses import Ids, Outcome
-from specli.serve.responses_api import after_previous, make_protocol
-from specli.serve.responses_api_request import ResponsesCall, parse_responses
+from specli.serve.outcome import Outcome
+from specli.serve.protocols.base import Ids
+from specli.serve.protocols.openai_responses.reply import after_previous, protocol
+from specli.serve.protocols.openai_responses.request import ResponsesCall, parse_responses
+from specli.serve.protocols.openai_responses.store import ResponseStore, Stored
 from specli.serve.tools import CallStream, ToolCall, parse_calls, tool_grammar
 
 FIXTURES = Path(__file__).parent / "fixtures" / "agents"
@@ -39,7 +40,7 @@ def test_codexs_requests_become_chat_requests() -> None:
     for n in (1, 2):
         body = codex(n)
         req = parse_responses(body)
-        call: ResponsesCall = req.protocol_data
+        call: ResponsesCall = req.reply
         assert req.kind == "chat" and req.stream and req.endpoint == "responses" and not call.store
         assert req.messages[0]["role"] == "system"  # Codex's developer message
         assert req.messages[-1]["role"] == "user" and "calc.py" in json.dumps(req.messages)
@@ -74,7 +75,7 @@ def test_input_items_become_turns_in_order() -> None:
     assert assistant["tool_calls"][1]["function"]["arguments"] == {"path": "b.py"}
     assert req.messages[5]["content"] == "two"
     assert req.messages[6]["content"] == f'<tool_call>\n{{"name": "apply_patch"}}\n{PATCH}\n</tool_call>'
-    assert req.protocol_data.notes == ("encrypted reasoning dropped: this server cannot read it",)
+    assert req.reply.notes == ("encrypted reasoning dropped: this server cannot read it",)
     assert parse_responses({"input": "hi"}).messages == ({"role": "user", "content": "hi"},)
 
 
@@ -136,14 +137,14 @@ def test_a_custom_tools_input_follows_its_grammar(qwen_draft: Any) -> None:
 
 
 def _outcome(text: str, calls: list[ToolCall] | None = None, finish: str = "stop") -> Outcome:
-    return Outcome(text, "tool_calls" if calls else finish, metrics.Counters(n_prompt=10, n_prompt_reused=4,
+    return Outcome(text, "tool_call" if calls else {"stop": "end"}.get(finish, finish), metrics.Counters(n_prompt=10, n_prompt_reused=4,
                                                                               n_generated=3), "stop",
                    tool_calls=calls or [])
 
 
 def test_output_items_and_what_is_stored(tmp_path: Path) -> None:
     store = ResponseStore(tmp_path)
-    proto = make_protocol(store)
+    proto = protocol(store)
     req = proto.parse({"instructions": "Be brief.", "input": "Fix it", "tools": [
         {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn", "parameters": {}}]},
         {"type": "custom", "name": "apply_patch"}]})

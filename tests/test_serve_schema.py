@@ -8,9 +8,12 @@ import pytest
 
 from specli.engine.metrics import Counters
 from specli.serve.errors import ApiError
-from specli.serve.metrics import ServerMetrics
-from specli.serve.requests import parse_body, parse_request
-from specli.serve.responses import Ids, Outcome, chat_response, chunk, usage_chunk
+from specli.serve.outcome import Outcome
+from specli.serve.protocols.base import Ids
+from specli.serve.protocols.openai_completions.reply import chat_response, chunk, usage_chunk
+from specli.serve.protocols.openai_completions.request import parse_request
+from specli.serve.served import parse_body
+from specli.serve.stats import ServerMetrics
 from specli.serve.worker import RequestRecord
 
 USER = [{"role": "user", "content": "hi"}]
@@ -28,7 +31,7 @@ def test_chat_request_is_checked_into_options() -> None:
     o = req.options
     assert (o.max_tokens, o.temperature, o.top_p, o.stop, o.seed) == (7, 0.0, 0.9, ("END",), 3)
     assert (o.drafter, o.draft_max, o.history) == ("ngram", 8, False)
-    assert req.stream and req.include_usage
+    assert req.stream and req.reply.include_usage
 
 
 @pytest.mark.parametrize("body,param", [
@@ -91,7 +94,7 @@ def _outcome() -> Outcome:
     c = Counters(n_prompt=10, n_prompt_reused=6, n_generated=5, n_target_forwards=3, n_drafted=4, n_accepted=2,
                  drafter_steps={"ngram": 2, "none": 1}, drafted_by={"ngram": 1, "prediction": 3},
                  accepted_by={"ngram": 1, "prediction": 1}, t_prefill=0.1, t_first_token=0.1, t_total=0.5)
-    return Outcome("hello", "stop", c, "stop", 0.01)
+    return Outcome("hello", "end", c, "stop", 0.01)
 
 
 def test_response_and_chunk_shapes() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from specli.serve.errors import ApiError
-from specli.serve.messages_request import parse_messages
-from specli.serve.requests import parse_request
-from specli.serve.responses_api_request import parse_responses
+from specli.serve.protocols.anthropic_messages.request import parse_messages
+from specli.serve.protocols.openai_completions.request import parse_request
+from specli.serve.protocols.openai_responses.request import parse_responses
 from specli.serve.schemas import served
 from specli.serve.tools import Structure, ToolCall, fenced_calls, tool_grammar
 

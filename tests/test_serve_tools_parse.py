@@ -7,7 +7,8 @@ import json
 import pytest
 
 from specli.serve.errors import ApiError
-from specli.serve.tools import CallStream, Structure, fenced_calls, parse_calls, parse_structure, tool_grammar
+from specli.serve.protocols.openai_completions.request import parse_structure
+from specli.serve.tools import CallStream, Structure, fenced_calls, parse_calls, tool_grammar
 
 CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.py"}}\n</tool_call>'
 

@@ -15,8 +15,8 @@ import llama_cpp
 
 from specli.backend import bounded
 from specli.backend.lib import init_backend
-from specli.endpoints import Endpoint, parse_endpoints
 from specli.errors import RpcError
+from specli.rpc_endpoints import Endpoint, parse_endpoints
 
 # the RPC protocol of the llama.cpp this llama-cpp-python vendors (ggml-rpc.h); a
 # server of another major version, or a newer minor one, cannot serve this client

@@ -30,10 +30,10 @@ from specli.cli.options import (
     RecalibrateOpt,
     with_settings,
 )
-from specli.endpoints import DEFAULT_PORT
 from specli.engine import metrics
 from specli.errors import SpecliError, UsageError
 from specli.profiles import Settings
+from specli.rpc_endpoints import DEFAULT_PORT
 from specli.types import FinishReason
 
 app = typer.Typer(

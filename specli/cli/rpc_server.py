@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from specli.endpoints import BadEndpoint, Endpoint, parse_endpoint
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, RpcError, Terminated, UsageError
+from specli.rpc_endpoints import BadEndpoint, Endpoint, parse_endpoint
 
 INSECURE_WARNING = (
     "WARNING: llama.cpp's RPC protocol has no authentication and no encryption. Anyone who can reach "

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specli.endpoints import BadEndpoint, parse_endpoints
+from specli.rpc_endpoints import BadEndpoint, parse_endpoints
 
 _TRUE_WORDS = ("true", "yes", "on", "1")
 _FALSE_WORDS = ("false", "no", "off", "0")

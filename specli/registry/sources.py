@@ -11,22 +11,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from specli.errors import ModelError, RegistryError, SpecliError
 from specli.registry import pypi
-from specli.registry.store import HASH_CHUNK, Progress, hash_file, remove, stream
-
-
-class Expected(Protocol):
-    """What a source checks its bytes against (registry.schema's record has these)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def size(self) -> int: ...
-    @property
-    def sha256(self) -> str: ...
+from specli.registry.store import HASH_CHUNK, Expected, Progress, hash_file, remove, stream
 
 Quantize = Callable[[Path, Path, str], None]
 """quantize(src_gguf, dst_path, qtype), e.g. qtype "f16"; writes dst_path."""

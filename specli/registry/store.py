@@ -13,10 +13,19 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from specli.registry.schema import ModelSpec
+
+class Expected(Protocol):
+    """What a source checks its bytes against (registry.schema's ModelSpec has these)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def sha256(self) -> str: ...
+
 
 Progress = Callable[[str, int, int], None]
 """progress(stage_description, done_bytes, total_bytes); total 0 means unknown."""
@@ -57,7 +66,7 @@ def models_dir() -> Path:
     return path
 
 
-def model_path(spec: ModelSpec) -> Path:
+def model_path(spec: Expected) -> Path:
     return models_dir() / f"{spec.name}.gguf"
 
 
@@ -135,7 +144,7 @@ def actual_sha(path: Path, progress: Progress | None = None, stage: str = "") ->
     return digest
 
 
-def is_present(spec: ModelSpec, verify: bool = False) -> bool:
+def is_present(spec: Expected, verify: bool = False) -> bool:
     """True if the model file exists with the registry size (and, with verify, sha256;
     the hash is cached in ``<file>.sha256`` keyed by size and mtime)."""
     path = model_path(spec)

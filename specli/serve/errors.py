@@ -74,8 +74,8 @@ def context_exceeded(message: str, param: str | None = None) -> ApiError:
 
 
 def prompt_too_long(n_prompt: int, n_ctx: int, param: str) -> ApiError:
-    return context_exceeded(f"the prompt is {n_prompt} tokens but the context holds {n_ctx} "
-                            "(shorten the prompt, or start the server with a larger --ctx)", param)
+    return context_exceeded(f"{param}: the prompt is {n_prompt} tokens but the context holds {n_ctx} "
+                            f"(shorten {param}, or start the server with a larger --ctx)", param)
 
 
 # -- 401, 404, 405, 413, 499 ------------------------------------------------------------------
@@ -160,3 +160,8 @@ def from_specli(e: SpecliError) -> ApiError:
     if isinstance(e, BackendError):
         return ApiError(SERVER, e.one_line(), None, "backend_error")
     return ApiError(SERVER, e.one_line(), None, "internal_error")
+
+
+def kind_of(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            type(None): "null", int: "a number", float: "a number"}.get(type(value), type(value).__name__)

@@ -24,7 +24,7 @@ from specli.runtime import Runtime
 from specli.runtime.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
-from specli.serve.metrics import ServerMetrics
+from specli.serve.stats import ServerMetrics
 from specli.serve.view import ServeDashboard, batch_split, log_line
 from specli.serve.worker import RequestRecord, Worker
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from specli.engine.grammar import Grammar, accepts, compile_grammar
 from specli.serve.errors import invalid
-from specli.serve.schemas import NotASchema, lenient_options, served, served_arguments
+from specli.serve.schemas import lenient_options, served, served_arguments
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL_RE = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
@@ -122,128 +122,6 @@ class Structure:
             if problem:
                 out.append(f"response format: the answer does not fit its schema: {problem}")
         return out
-
-
-def parse_structure(body: dict[str, Any]) -> Structure:
-    """`response_format`, `tools`, `tool_choice`, `parallel_tool_calls` checked (400s name the parameter)."""
-    grammar = _response_format(body.get("response_format"))
-    tools = _tools(body.get("tools"))
-    choice = _tool_choice(body.get("tool_choice"), tools)
-    parallel = body.get("parallel_tool_calls", True)
-    if not isinstance(parallel, bool):
-        raise invalid("parallel_tool_calls", "parallel_tool_calls must be true or false", "invalid_type")
-    if grammar is not None and tools and choice != "none":
-        raise invalid("response_format", "response_format with tools is not supported: give tools, or a response "
-                                         "format, or tool_choice none", "unsupported_parameter")
-    return Structure(grammar, tools, choice, parallel)
-
-
-def _response_format(value: Any) -> Grammar | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise invalid("response_format", "response_format must be an object with a type", "invalid_type")
-    kind = value["type"]
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return compile_grammar("json_object", "{}")
-    if kind != "json_schema":
-        raise invalid("response_format.type", f"response_format.type must be text, json_object or json_schema, "
-                                              f"got {json.dumps(kind)}")
-    spec = value.get("json_schema")
-    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-        raise invalid("response_format.json_schema", "response_format.json_schema must be an object with a schema "
-                                                     "object", "invalid_type")
-    schema = spec.get("schema", {})
-    return schema_grammar(schema, "response_format.json_schema.schema", bool(spec.get("strict")))
-
-
-def schema_grammar(schema: dict[str, Any], where: str, strict: bool = False) -> Grammar:
-    """The grammar of a response format's JSON schema; a 400 naming `where` where it is not
-    JSON Schema. `strict` (OpenAI's strict mode): no property beyond those listed, and a
-    keyword the grammar engine cannot enforce is refused by name; otherwise lenient, as
-    for tools (schemas.served)."""
-    try:
-        if strict:
-            return compile_grammar("json_schema", json.dumps(_strict(schema)))
-        return served(schema).grammar
-    except NotASchema as e:
-        raise invalid(where, f"{where}: {e}") from None
-    except Exception as e:  # a UsageError: its message names the problem
-        message = getattr(e, "message", str(e))
-        if strict and "cannot enforce" in message:
-            message += "; strict: true needs every keyword enforced (send strict: false to have it checked after)"
-        raise invalid(where, f"{where}: {message}") from None
-
-
-def _strict(schema: Any) -> Any:
-    """OpenAI's strict: every object closed unless it says otherwise."""
-    if isinstance(schema, dict):
-        out = {k: _strict(v) for k, v in schema.items()}
-        if out.get("type") == "object" and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [_strict(v) for v in schema]
-    return schema
-
-
-def _tools(value: Any) -> tuple[dict[str, Any], ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise invalid("tools", "tools must be an array", "invalid_type")
-    out = []
-    seen: set[str] = set()
-    for i, tool in enumerate(value):
-        where = f"tools[{i}]"
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
-            raise invalid(where, f'{where} must be {{"type": "function", "function": {{...}}}}', "invalid_type")
-        fn = tool["function"]
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        out.append(function_tool(fn, params, seen, f"{where}.function.name", f"{where}.function.parameters"))
-    return tuple(out)
-
-
-def function_tool(fn: dict[str, Any], params: Any, seen: set[str], name_at: str, params_at: str) -> dict[str, Any]:
-    """One function tool checked (its name new in `seen`, its parameters a schema the
-    grammar engine compiles), as chat templates read it; `*_at` name the fields in 400s."""
-    name = fn.get("name")
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", name):
-        raise invalid(name_at, f"{name_at} must be 1-128 letters, digits, _ . or -")
-    if name in seen:
-        raise invalid(name_at, f"two tools are named {name!r}")
-    seen.add(name)
-    if isinstance(params, bool):  # JSON Schema's true (any arguments) and false (none), as objects
-        params = {} if params else {"not": {}}
-    if not isinstance(params, dict):
-        raise invalid(params_at, f"{params_at} (tool {name!r}) must be a JSON schema object, got "
-                                 f"{type(params).__name__}", "invalid_type")
-    try:
-        served_arguments(params)  # what the grammar cannot enforce is checked after (Structure.notes)
-    except NotASchema as e:
-        raise invalid(params_at, f"{params_at} (tool {name!r}): {e}") from None
-    return {"type": "function", "function": {**fn, "parameters": params}}
-
-
-def _tool_choice(value: Any, tools: Sequence[dict[str, Any]]) -> str:
-    if value is None:
-        return "auto"
-    if isinstance(value, str):
-        if value not in ("auto", "none", "required"):
-            raise invalid("tool_choice", f"tool_choice must be auto, none, required or a function, got {json.dumps(value)}")
-        if value == "required" and not tools:
-            raise invalid("tool_choice", "tool_choice required needs tools")
-        return value
-    fn = value.get("function") if isinstance(value, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
-    if not isinstance(name, str):
-        raise invalid("tool_choice", 'tool_choice must be auto, none, required or {"type": "function", '
-                                     '"function": {"name": ...}}', "invalid_type")
-    if name not in [t["function"]["name"] for t in tools]:
-        raise invalid("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
-    return name
 
 
 def check_template(template: str | None, rendered_with_tools: str, structure: Structure) -> None:

@@ -30,10 +30,10 @@ from specli.runtime.fim import EDITOR_STOPS, EditorText
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors
-from specli.serve.errors import ApiError, invalid
-from specli.serve.prompts import answer_grammar
-from specli.serve.requests import Request
-from specli.serve.responses import OpenAIFinish, Outcome, logprob_entries
+from specli.serve.errors import invalid
+from specli.serve.outcome import Delta, Outcome, Pushed, finish_of, token_logprobs
+from specli.serve.rendering import answer_grammar
+from specli.serve.request import Request
 from specli.serve.sources import SourceMarks
 from specli.serve.tools import CallStream, ToolCall
 
@@ -44,19 +44,6 @@ SAVE_EVERY_S = 30.0  # the history store is written when idle, at most this ofte
 # call is queued 10-30 ms after it (its 4k-token prompt rendered and tokenized)
 ARRIVING_WAIT_S = 0.1
 PARKING = "parking"  # an idle slot's job while its conversation moves to the prompt cache
-
-
-@dataclass(frozen=True)
-class Delta:
-    """New text of a running job, and tool calls it finished."""
-
-    text: str
-    calls: tuple[tuple[int, ToolCall], ...] = ()  # (index in the answer, call)
-    logprobs: list[dict[str, Any]] | None = None  # of the tokens since the last delta, where asked
-    sources: dict[str, Any] | None = None  # where asked (the web page): its tokens' sources, steps, figures
-
-
-Pushed = Delta | Outcome | ApiError  # what a job hands its request's reader
 
 
 @dataclass
@@ -73,6 +60,17 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     t_start: float | None = None
     grammar: Grammar | None = None  # the answer's: response_format or the tool calls'
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """One slot as /slots shows it: its cached tokens, and the job it serves if any."""
+
+    index: int
+    n_cached: int
+    job_id: str | None = None
+    n_prompt: int = 0
+    endpoint: str = ""
 
 
 @dataclass
@@ -170,11 +168,12 @@ class Worker:
                                             "loaded (start it with --draft NAME, or ask for ngram, suffix or auto)")
         n_ctx = rt.target.n_ctx
         if len(prompt) >= n_ctx:
-            raise errors.prompt_too_long(len(prompt), n_ctx, "messages" if request.kind == "chat" else "prompt")
+            raise errors.prompt_too_long(len(prompt), n_ctx, request.fields.prompt)
         if any(t >= rt.target.n_vocab for t, _ in o.logit_bias):
             raise invalid("logit_bias", f"logit_bias names a token id past this model's {rt.target.n_vocab} tokens")
         if o.max_tokens is not None and o.max_tokens > n_ctx:
-            raise invalid("max_tokens", f"max_tokens is {o.max_tokens} but the context holds only {n_ctx} tokens")
+            limit = request.fields.max_tokens
+            raise invalid(limit, f"{limit} is {o.max_tokens} but the context holds only {n_ctx} tokens")
         max_tokens = o.max_tokens or self.max_tokens_cap or n_ctx
         return Job(f"{next(self._ids)}", request, prompt, s, max_tokens, push, grammar=answer_grammar(rt, request))
 
@@ -199,6 +198,12 @@ class Worker:
     @property
     def n_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def slot_views(self) -> list[SlotView]:
+        return [SlotView(s.index, s.rt.target.n_past, *((j.id, len(j.prompt), j.request.endpoint or j.request.kind)
+                                                        if isinstance(j := s.job, Job) else ()))
+                for s in (self.slots.slots if self.slots is not None else [])]
 
     @property
     def n_running(self) -> int:
@@ -397,7 +402,7 @@ class Worker:
                 if marks is not None:
                     marks.add(ev)
                 if lps is not None and ev.logprobs:
-                    pending += logprob_entries(ev.logprobs, rt.target.vocab.piece)
+                    pending += token_logprobs(ev.logprobs, rt.target.vocab.piece)
                 piece = ev.text if editor is None else editor.push(ev.text)
                 if editor is not None and editor.stopped:
                     finish = editor.stopped
@@ -435,8 +440,8 @@ class Worker:
         text, found = "".join(parts), list[ToolCall]()
         if calls is not None:
             text, found = calls.outcome(text)
-        reason: OpenAIFinish = "length" if finish not in (FINISH_STOP, "suffix") else "tool_calls" if found else "stop"
+        ended = finish_of(finish, {FINISH_STOP, "suffix"}, bool(found), stop_string)
         notes = structure.notes + structure.problems(text, found) if structure is not None else []
-        job.push(Outcome(text, reason, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
+        job.push(Outcome(text, ended, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
                          lps + pending if lps is not None else None, stop_string, notes))
         return counters, finish, notes

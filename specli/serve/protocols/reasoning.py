@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-from specli.serve.responses import Outcome
+from specli.serve.outcome import Delta, Outcome
 from specli.serve.tools import ToolCall
-from specli.serve.worker import Delta
 
 OPEN_THINK, CLOSE_THINK = "<think>", "</think>"
 

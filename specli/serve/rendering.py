@@ -5,6 +5,7 @@ completion's text, a fill-in-the-middle request through the model's FIM tokens."
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from specli.engine.grammar import Grammar
 from specli.errors import TemplateError, UsageError
@@ -12,7 +13,7 @@ from specli.profiles import Settings
 from specli.runtime import Runtime, prompting
 from specli.runtime.fim import model_fim_prompt
 from specli.serve.errors import invalid
-from specli.serve.requests import Request, fold_system
+from specli.serve.request import Request
 from specli.serve.tools import check_template, tool_grammar
 
 
@@ -44,7 +45,7 @@ def request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
     except TemplateError as e:
         folded = fold_system(request.messages)
         if folded == request.messages:
-            raise invalid("messages", e.one_line()) from None
+            raise invalid(request.fields.prompt, e.one_line()) from None
         return _request_tokens(rt, replace(request, messages=folded), s)
 
 
@@ -55,8 +56,7 @@ def fim_tokens(rt: Runtime, request: Request) -> list[int]:
     try:
         return model_fim_prompt(rt.target, request.fim, request.options.max_tokens or -1)
     except UsageError as e:
-        raise invalid("input_suffix" if request.endpoint == "infill" else "suffix", e.one_line(),
-                      "unsupported_parameter") from None
+        raise invalid(request.fields.suffix, e.one_line(), "unsupported_parameter") from None
 
 
 def _request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
@@ -79,10 +79,33 @@ def _request_tokens(rt: Runtime, request: Request, s: Settings) -> list[int]:
         if simple and not any("tool_calls" in m for m in msgs):
             return prompting.prompt_tokens(rt.target, msgs[-1]["content"], msgs[:-1], system=system, raw=s.raw)
         if s.raw or not rt.target.chat_template:
-            raise invalid("messages", "without a chat template, messages must be alternating user and assistant "
-                                      "turns that end with the user's (or use /v1/completions)")
+            field = request.fields.prompt
+            raise invalid(field, f"without a chat template, {field} must be alternating user and assistant "
+                                 "turns that end with the user's (or use /v1/completions)")
         return rt.target.chat_tokens([*([{"role": "system", "content": system}] if system else []), *msgs])
     except TemplateError:
         raise
     except UsageError as e:
-        raise invalid("messages" if request.kind == "chat" else "prompt", e.one_line()) from None
+        raise invalid(request.fields.prompt, e.one_line()) from None
+
+
+def fold_system(messages: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    """The messages with every system message but a leading one folded into the next
+    user message (else the one before, else the leading system message): for chat
+    templates that refuse a system message anywhere but first."""
+    out = [dict(m) for m in messages]
+    keep = [i == 0 or m["role"] != "system" for i, m in enumerate(out)]
+    for i, m in enumerate(out):
+        if keep[i]:
+            continue
+        users = [j for j in range(i + 1, len(out)) if out[j]["role"] == "user"][:1] or \
+            [j for j in range(i - 1, -1, -1) if out[j]["role"] == "user"][:1]
+        if users:
+            j = users[0]
+            joined = (m["content"], out[j]["content"]) if j > i else (out[j]["content"], m["content"])
+            out[j]["content"] = "\n\n".join(p for p in joined if p)
+        elif out[0]["role"] == "system":
+            out[0]["content"] = "\n\n".join(p for p in (out[0]["content"], m["content"]) if p)
+        else:
+            keep[i] = True  # nowhere else to go: the template decides
+    return tuple(m for m, k in zip(out, keep) if k)

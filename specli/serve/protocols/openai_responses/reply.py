@@ -1,29 +1,27 @@
 """OpenAI Responses answers: the response object with its output items (reasoning,
 message, function_call, custom_tool_call), the stream's events in their order with
 their sequence numbers, usage with the prompt cache's share, and stored responses for
-`previous_response_id`. Bodies are checked in `responses_api_request`."""
+`previous_response_id`. Bodies are checked in `request`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from specli.engine import metrics
-from specli.serve import errors, responses
+from specli.serve import errors
 from specli.serve.errors import ApiError
-from specli.serve.protocol import Protocol, Queue, frame
-from specli.serve.reasoning import ReasoningStream, content_frames, split_reasoning
-from specli.serve.requests import Request
-from specli.serve.response_store import ResponseStore, Stored
-from specli.serve.responses import Ids, Outcome
-from specli.serve.responses_api_request import ResponsesCall, parse_responses, with_previous
+from specli.serve.figures import with_figures
+from specli.serve.outcome import Outcome
+from specli.serve.protocols.base import Ids, Queue, WireProtocol
+from specli.serve.protocols.openai_responses.request import ResponsesCall, parse_responses, with_previous
+from specli.serve.protocols.openai_responses.store import ResponseStore, Stored
+from specli.serve.protocols.reasoning import ReasoningStream, content_frames, split_reasoning
+from specli.serve.protocols.sse import named, pushes
+from specli.serve.request import Request
 from specli.serve.tools import ToolCall, custom_call_text
-from specli.serve.worker import Delta
-
-KEEPALIVE_S = 10.0  # a response.in_progress again while nothing else is sent (a long prefill)
 
 
 def usage(c: metrics.Counters) -> dict[str, Any]:
@@ -39,7 +37,7 @@ def _item_id(prefix: str) -> str:
 def response_object(ids: Ids, req: Request, status: str, output: list[dict[str, Any]],
                     out: Outcome | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
     """The response as OpenAI's API shapes it, the request's settings echoed."""
-    call: ResponsesCall = req.protocol_data
+    call: ResponsesCall = req.reply
     echo = call.echo
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
     obj: dict[str, Any] = {
@@ -57,13 +55,12 @@ def response_object(ids: Ids, req: Request, status: str, output: list[dict[str, 
     if "prompt_cache_key" in echo:
         obj["prompt_cache_key"] = echo["prompt_cache_key"]
     if out is not None:
-        obj["timings"] = responses.timings(out.counters)
-        obj["specli"] = {**responses.specli_figures(out), "notes": list(call.notes) + out.notes}
+        with_figures(obj, out, list(call.notes) + out.notes)
     return obj
 
 
 def status_of(out: Outcome) -> str:
-    return "incomplete" if out.finish_reason == "length" else "completed"
+    return "incomplete" if out.finish in ("length", "cancelled") else "completed"
 
 
 class OutputItems:
@@ -77,7 +74,7 @@ class OutputItems:
         self.seq = 0
 
     def event(self, kind: str, **fields: Any) -> bytes:
-        data = frame({"type": kind, "sequence_number": self.seq, **fields})
+        data = named({"type": kind, "sequence_number": self.seq, **fields})
         self.seq += 1
         return data
 
@@ -176,7 +173,7 @@ def _assistant_turn(out: Outcome) -> dict[str, Any]:
 
 def after_previous(req: Request, store: ResponseStore) -> Request:
     """`req` after the stored conversation its previous_response_id names (404 if none)."""
-    call: ResponsesCall = req.protocol_data
+    call: ResponsesCall = req.reply
     if call.previous_response_id is None:
         return req
     stored = store.get(call.previous_response_id)
@@ -186,7 +183,7 @@ def after_previous(req: Request, store: ResponseStore) -> Request:
     return with_previous(req, stored.messages)
 
 
-def make_protocol(store: ResponseStore) -> Protocol:
+def protocol(store: ResponseStore) -> WireProtocol:
     """The Responses API over `store`: stored responses are read when a request names one
     and written when a response with store: true finishes."""
 
@@ -194,13 +191,13 @@ def make_protocol(store: ResponseStore) -> Protocol:
         return after_previous(parse_responses(body), store)
 
     def keep(ids: Ids, req: Request, obj: dict[str, Any], out: Outcome) -> None:
-        call: ResponsesCall = req.protocol_data
+        call: ResponsesCall = req.reply
         if call.store:
             said = req.messages[1:] if call.instructions else req.messages
             store.put(ids.id, Stored(obj, (*said, _assistant_turn(out))))
 
     def whole(ids: Ids, req: Request, out: Outcome) -> dict[str, Any]:
-        items = OutputItems(req.protocol_data)  # the stream's steps, their events unsent
+        items = OutputItems(req.reply)  # the stream's steps, their events unsent
         thinking, text = split_reasoning(out.text)
         for kind, piece in (("thinking", thinking), ("text", text)):
             if piece:
@@ -213,41 +210,37 @@ def make_protocol(store: ResponseStore) -> Protocol:
         return obj
 
     async def events(ids: Ids, req: Request, queue: Queue) -> AsyncIterator[bytes]:
-        items = OutputItems(req.protocol_data)
+        items = OutputItems(req.reply)
         started = response_object(ids, req, "in_progress", [])
         yield items.event("response.created", response=started)
         yield items.event("response.in_progress", response=started)
         reasoning = ReasoningStream(True)
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-            except asyncio.TimeoutError:
+        async for item in pushes(queue, keepalive=True):
+            if item is None:  # a long prefill: the client sees the response still in progress
                 yield items.event("response.in_progress", response=started)
-                continue
-            if isinstance(item, ApiError):
+            elif isinstance(item, ApiError):
                 failed = response_object(ids, req, "failed", items.items,
                                          error={"code": item.code or item.kind.name, "message": item.message})
                 yield items.event("response.failed", response=failed)
-                return
-            for data in content_frames(item, reasoning, items):
-                yield data
-            if isinstance(item, Delta):
-                continue
-            for data in items.finish():
-                yield data
-            status = status_of(item)
-            obj = response_object(ids, req, status, items.items, item)
-            keep(ids, req, obj, item)
-            yield items.event(f"response.{status}", response=obj)
-            return
+            else:
+                for data in content_frames(item, reasoning, items):
+                    yield data
+                if isinstance(item, Outcome):
+                    for data in items.finish():
+                        yield data
+                    status = status_of(item)
+                    obj = response_object(ids, req, status, items.items, item)
+                    keep(ids, req, obj, item)
+                    yield items.event(f"response.{status}", response=obj)
 
-    return Protocol("responses", "resp_", parse, whole, events)
+    def count(body: dict[str, Any]) -> Request:
+        return after_previous(parse_responses(body, count_only=True), store)
+
+    return WireProtocol("responses", "resp_", "/v1/responses", parse, whole, events, count_path="/v1/responses/input_tokens",
+                        count=count, count_reply=input_tokens_reply)
 
 
 def input_tokens_reply(n_tokens: int) -> dict[str, Any]:
     return {"object": "response.input_tokens", "input_tokens": n_tokens}
 
-
-def deleted_reply(rid: str) -> dict[str, Any]:
-    return {"id": rid, "object": "response.deleted", "deleted": True}
 

@@ -14,17 +14,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from specli.runtime import Runtime
-from specli.serve.context import authorize, read_json, served_of
 from specli.serve.errors import invalid
-from specli.serve.requests import kind_of, parse_request
-from specli.serve.worker import Job
-
-
-def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
-    v = body.get(key, default)
-    if not isinstance(v, bool):
-        raise invalid(key, f"{key} must be true or false, got {kind_of(v)}", "invalid_type")
-    return v
+from specli.serve.protocols.fields import opt_bool
+from specli.serve.protocols.openai_completions.request import parse_chat
+from specli.serve.served import authorize, read_json, served_of
 
 
 def _piece(raw: bytes) -> str | list[int]:
@@ -41,7 +34,7 @@ def tokenize_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
     content = body.get("content")
     if content is None:
         return {"tokens": []}
-    add_special, parse_special = _flag(body, "add_special", False), _flag(body, "parse_special", True)
+    add_special, parse_special = bool(opt_bool(body, "add_special")), opt_bool(body, "parse_special") is not False
     items = content if isinstance(content, list) else [content]
     tokens: list[int] = []
     for i, item in enumerate(items):
@@ -51,7 +44,7 @@ def tokenize_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
             tokens.append(item)
         else:
             raise invalid("content", "content must be a string, or an array of strings and token ids", "invalid_type")
-    if not _flag(body, "with_pieces", False):
+    if not opt_bool(body, "with_pieces"):
         return {"tokens": tokens}
     vocab = rt.target.vocab
     return {"tokens": [{"id": t, "piece": _piece(vocab.spelled(t))} for t in tokens]}
@@ -70,7 +63,7 @@ def apply_template_reply(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
     ready for the assistant's turn, as the text a completion would be given."""
     if not rt.target.chat_template:
         raise invalid("messages", "this model has no chat template", "unsupported_parameter")
-    req = parse_request({k: v for k, v in body.items() if k in ("messages", "tools", "tool_choice", "model")}, "chat")
+    req = parse_chat({k: v for k, v in body.items() if k in ("messages", "tools", "tool_choice", "model")})
     tools = req.structure.template_tools if req.structure is not None else ()
     return {"prompt": rt.target.apply_chat_template(list(req.messages), True, tools)}
 
@@ -141,13 +134,11 @@ async def slots(request: HttpRequest) -> Response:
     worker = served.worker
     rt = worker.ready_runtime()
     out = []
-    for slot in worker.slots.slots if worker.slots is not None else []:
-        job = slot.job if isinstance(slot.job, Job) else None
-        state: dict[str, Any] = {"id": slot.index, "n_ctx": rt.target.n_ctx, "speculative": worker.settings.drafter
-                                 != "none", "is_processing": job is not None, "n_cached_tokens": slot.rt.target.n_past}
-        if job is not None:
-            state.update({"id_task": job.id, "n_prompt_tokens": len(job.prompt), "endpoint": job.request.endpoint
-                          or job.request.kind})
+    for view in worker.slot_views:
+        state: dict[str, Any] = {"id": view.index, "n_ctx": rt.target.n_ctx, "speculative": worker.settings.drafter
+                                 != "none", "is_processing": view.job_id is not None, "n_cached_tokens": view.n_cached}
+        if view.job_id is not None:
+            state.update({"id_task": view.job_id, "n_prompt_tokens": view.n_prompt, "endpoint": view.endpoint})
         out.append(state)
     return JSONResponse(out)
 

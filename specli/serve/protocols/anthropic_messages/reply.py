@@ -2,28 +2,24 @@
 (message_start, content_block_start, ping, content_block_delta, content_block_stop,
 message_delta, message_stop), usage with the prompt cache's share, errors in Anthropic's
 shape and statuses, and the model list as the `anthropic` SDK reads it. Bodies are
-checked in `messages_request`. Pure but for the queue it reads."""
+checked in `request`. Pure but for the queue it reads."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from specli.engine import metrics
-from specli.serve import responses
 from specli.serve.errors import ApiError
-from specli.serve.messages_request import parse_messages
-from specli.serve.protocol import ErrorReply, Protocol, Queue, frame
-from specli.serve.reasoning import ReasoningStream, content_frames, split_reasoning
-from specli.serve.requests import Request
-from specli.serve.responses import Ids, Outcome
+from specli.serve.figures import with_figures
+from specli.serve.outcome import Outcome
+from specli.serve.protocols.base import ErrorReply, Ids, Queue
+from specli.serve.protocols.reasoning import ReasoningStream, content_frames, split_reasoning
+from specli.serve.protocols.sse import named, pushes
+from specli.serve.request import Request
 from specli.serve.tools import ToolCall
-from specli.serve.worker import Delta
-
-PING_S = 10.0  # a ping while nothing else is sent (a long prefill): clients and proxies see a live stream
 
 # Anthropic's error types by status; a full queue is its 529 "overloaded", which its SDKs retry
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -48,11 +44,11 @@ def usage(c: metrics.Counters) -> dict[str, Any]:
 
 
 def stop_reason(out: Outcome) -> str:
-    if out.finish_reason == "tool_calls":
+    if out.finish == "tool_call":
         return "tool_use"
     if out.specli_finish == "context":
         return "model_context_window_exceeded"
-    if out.finish_reason == "length":
+    if out.finish in ("length", "cancelled"):
         return "max_tokens"
     return "stop_sequence" if out.stop_string is not None else "end_turn"
 
@@ -73,9 +69,9 @@ def whole(ids: Ids, req: Request, out: Outcome) -> dict[str, Any]:
     if text or not (thinking or out.tool_calls):
         content.append({"type": "text", "text": text})
     content += [tool_use(c) for c in out.tool_calls]
-    return {"id": ids.id, "type": "message", "role": "assistant", "model": ids.model, "content": content,
-            "stop_reason": stop_reason(out), "stop_sequence": out.stop_string, "usage": usage(out.counters),
-            "timings": responses.timings(out.counters), "specli": responses.specli_figures(out)}
+    return with_figures({"id": ids.id, "type": "message", "role": "assistant", "model": ids.model,
+                         "content": content, "stop_reason": stop_reason(out), "stop_sequence": out.stop_string,
+                         "usage": usage(out.counters)}, out)
 
 
 class _Blocks:
@@ -88,16 +84,16 @@ class _Blocks:
         if not self.open_kind:
             return []
         self.open_kind = ""
-        return [frame({"type": "content_block_stop", "index": self.index})]
+        return [named({"type": "content_block_stop", "index": self.index})]
 
     def start(self, kind: str, block: dict[str, Any]) -> list[bytes]:
         out = self.close()
         self.index += 1
         self.open_kind = kind
-        out.append(frame({"type": "content_block_start", "index": self.index, "content_block": block}))
+        out.append(named({"type": "content_block_start", "index": self.index, "content_block": block}))
         if not self.pinged:  # Anthropic's order: a ping after the first block opens
             self.pinged = True
-            out.append(frame({"type": "ping"}))
+            out.append(named({"type": "ping"}))
         return out
 
     def text(self, kind: str, piece: str) -> list[bytes]:
@@ -108,45 +104,39 @@ class _Blocks:
             out += self.start(kind, block)
         delta = {"type": "thinking_delta", "thinking": piece} if kind == "thinking" \
             else {"type": "text_delta", "text": piece}
-        out.append(frame({"type": "content_block_delta", "index": self.index, "delta": delta}))
+        out.append(named({"type": "content_block_delta", "index": self.index, "delta": delta}))
         return out
 
     def tool_call(self, call: ToolCall) -> list[bytes]:
         out = self.start("tool_use", {"type": "tool_use", "id": tool_use_id(call), "name": call.name, "input": {}})
-        out.append(frame({"type": "content_block_delta", "index": self.index,
+        out.append(named({"type": "content_block_delta", "index": self.index,
                           "delta": {"type": "input_json_delta", "partial_json": call.arguments}}))
         return out + self.close()
 
 
 async def events(ids: Ids, req: Request, queue: Queue) -> AsyncIterator[bytes]:
-    """The job's pushes as Anthropic's stream; a ping every PING_S seconds of silence."""
-    yield frame({"type": "message_start", "message": {
+    """The job's pushes as Anthropic's stream; a ping after each KEEPALIVE_S seconds of silence."""
+    yield named({"type": "message_start", "message": {
         "id": ids.id, "type": "message", "role": "assistant", "model": ids.model, "content": [],
         "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": ids.n_prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
                   "output_tokens": 0}}})
     blocks, reasoning = _Blocks(), ReasoningStream(req.reasoning)
-    while True:
-        try:
-            item = await asyncio.wait_for(queue.get(), PING_S)
-        except asyncio.TimeoutError:
-            yield frame({"type": "ping"})
-            continue
-        if isinstance(item, ApiError):
-            yield frame(error(item).body)
-            return
-        for data in content_frames(item, reasoning, blocks):
-            yield data
-        if isinstance(item, Delta):
-            continue
-        for data in blocks.close():
-            yield data
-        yield frame({"type": "message_delta", "delta": {"stop_reason": stop_reason(item),
-                                                        "stop_sequence": item.stop_string},
-                     "usage": usage(item.counters), "timings": responses.timings(item.counters),
-                     "specli": responses.specli_figures(item)})
-        yield frame({"type": "message_stop"})
-        return
+    async for item in pushes(queue, keepalive=True):
+        if item is None:
+            yield named({"type": "ping"})
+        elif isinstance(item, ApiError):
+            yield named(error(item).body)
+        else:
+            for data in content_frames(item, reasoning, blocks):
+                yield data
+            if isinstance(item, Outcome):
+                for data in blocks.close():
+                    yield data
+                yield named(with_figures({"type": "message_delta", "delta": {
+                    "stop_reason": stop_reason(item), "stop_sequence": item.stop_string},
+                    "usage": usage(item.counters)}, item))
+                yield named({"type": "message_stop"})
 
 
 def count_tokens_reply(n_tokens: int) -> dict[str, Any]:
@@ -160,5 +150,3 @@ def models_list(names: list[str], created: int) -> dict[str, Any]:
     return {"data": data, "has_more": False, "first_id": names[0] if names else None,
             "last_id": names[-1] if names else None}
 
-
-MESSAGES = Protocol("messages", "msg_", parse_messages, whole, events, error)

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specli.engine.grammar import compile_grammar
-from specli.serve.errors import ApiError, invalid
-from specli.serve.requests import Options, Request, kind_of, parse_options
-from specli.serve.tools import CustomTool, Structure, custom_call_text, function_tool, schema_grammar
+from specli.serve.errors import invalid, kind_of
+from specli.serve.protocols.fields import function_tool, opt_bool, parse_options, schema_grammar, structure
+from specli.serve.request import Fields, Request
+from specli.serve.tools import CustomTool, Structure, custom_call_text
 
 MAX_ITEMS = 4096
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -56,11 +57,11 @@ def parse_responses(body: dict[str, Any], *, count_only: bool = False) -> Reques
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid("model", f"model must be a string, got {kind_of(model)}", "invalid_type")
-    stream = False if count_only else _bool(body, "stream", False)
-    store = _bool(body, "store", True)
+    stream = False if count_only else bool(opt_bool(body, "stream"))
+    store = opt_bool(body, "store") is not False
     sampling = {k: body.get(k) for k in ("temperature", "top_p", "top_k", "min_p", "seed", "specli")}
-    sampling["max_tokens"] = None if count_only else body.get("max_output_tokens")
-    options = _options(sampling)
+    sampling["max_output_tokens"] = None if count_only else body.get("max_output_tokens")
+    options = parse_options(sampling, "chat", "max_output_tokens")
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("instructions", f"instructions must be a string, got {kind_of(instructions)}", "invalid_type")
@@ -71,26 +72,7 @@ def parse_responses(body: dict[str, Any], *, count_only: bool = False) -> Reques
     call = ResponsesCall(turns, instructions, _previous_id(body.get("previous_response_id")), store, namespaces,
                          tuple(notes), _echo(body))
     return Request("chat", model, options, messages=head + turns, stream=stream, structure=structure,
-                   endpoint="responses", reasoning=True, protocol_data=call)
-
-
-def _options(sampling: dict[str, Any]) -> Options:
-    try:
-        return parse_options(sampling, "chat")
-    except ApiError as e:  # the max_tokens message names this API's field
-        if e.param == "max_tokens":
-            raise invalid("max_output_tokens", e.message.replace("max_tokens", "max_output_tokens"), e.code or "") \
-                from None
-        raise
-
-
-def _bool(body: dict[str, Any], key: str, default: bool) -> bool:
-    v = body.get(key, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise invalid(key, f"{key} must be true or false, got {kind_of(v)}", "invalid_type")
-    return v
+                   endpoint="responses", reasoning=True, reply=call, fields=Fields("input", "max_output_tokens"))
 
 
 def _previous_id(value: Any) -> str | None:
@@ -312,18 +294,13 @@ def _structure(body: dict[str, Any], notes: list[str]) -> tuple[Structure | None
     functions, custom, spaces = _tools(body.get("tools"), notes)
     names = [f["function"]["name"] for f in functions] + [c.name for c in custom]
     choice = _choice(body.get("tool_choice"), names, spaces)
-    parallel = _bool(body, "parallel_tool_calls", True)
+    parallel = opt_bool(body, "parallel_tool_calls") is not False
     grammar = _format(body.get("text"))
-    if grammar is not None and names and choice != "none":
-        raise invalid("text.format", "text.format with tools is not supported: give tools or a format",
-                      "unsupported_parameter")
-    if grammar is None and not names:
-        return None, spaces
-    return Structure(grammar, tuple(functions), choice, parallel, tuple(custom)), spaces
+    return structure(grammar, functions, choice, parallel, custom, "text.format"), spaces
 
 
 def with_previous(req: Request, previous: tuple[dict[str, Any], ...]) -> Request:
     """`req` after a stored conversation (instructions stay this request's)."""
-    call: ResponsesCall = req.protocol_data
+    call: ResponsesCall = req.reply
     head = ({"role": "system", "content": call.instructions},) if call.instructions else ()
     return replace(req, messages=head + previous + call.input_messages)

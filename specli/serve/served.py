@@ -1,10 +1,12 @@
 """What every route handler shares: the server's configuration, the worker and counters
-on the app (`served`), the key check and the body reader."""
+on the app (`served`), the key check and the body reader (a JSON object, or a 400 that
+says why not)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,10 +14,8 @@ from typing import Any
 from starlette.requests import Request as HttpRequest
 
 from specli.serve import DEFAULT_MAX_BODY_MIB, errors
-from specli.serve.metrics import ServerMetrics
-from specli.serve.protocol import Protocol
-from specli.serve.requests import parse_body
-from specli.serve.response_store import ResponseStore
+from specli.serve.errors import invalid, kind_of
+from specli.serve.stats import ServerMetrics
 from specli.serve.worker import Worker
 
 # a body up to this many times the cap is read to its end before the 413: a server that
@@ -43,8 +43,6 @@ class Served:
     stats: ServerMetrics
     config: AppConfig
     names: frozenset[str]  # the names a request may give the model
-    responses: Protocol  # the Responses API over `store`
-    store: ResponseStore  # stored responses (the Responses API's store: true)
 
 
 def served_of(request: HttpRequest) -> Served:
@@ -87,3 +85,44 @@ async def read_json(request: HttpRequest, cap: int) -> dict[str, Any]:
     if size > cap:
         raise errors.too_large(size, cap)
     return parse_body(bytes(body))
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """The JSON object in `raw`: 400 for invalid UTF-8, malformed JSON or not an object."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise invalid(None, f"the request body is not valid UTF-8 (byte {e.start})", "invalid_encoding") from None
+    try:
+        body = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise invalid(None, f"the request body is not valid JSON ({e})", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise invalid(None, f"the request body must be a JSON object, got {kind_of(body)}", "invalid_json")
+    if (where := _lone_surrogate(body, "")) is not None:
+        raise invalid(where or None, f"{where or 'a key'} holds a lone UTF-16 surrogate (\\ud800-\\udfff escape "
+                                     "without its pair), which is not text", "invalid_encoding")
+    return body
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """The path of the first string holding a lone surrogate (JSON allows the escape;
+    UTF-8 has no such character), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, v in items:
+        if isinstance(key, str) and _lone_surrogate(key, where) is not None:
+            return where
+        path = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        if (found := _lone_surrogate(v, path)) is not None:
+            return found
+    return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")

@@ -18,9 +18,17 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from specli.serve.errors import invalid
-from specli.serve.requests import Request, kind_of, message_list, parse_options, parse_stop
-from specli.serve.tools import Structure, function_tool, schema_grammar
+from specli.serve.errors import invalid, kind_of
+from specli.serve.protocols.fields import (
+    function_tool,
+    message_list,
+    parse_options,
+    parse_stop,
+    schema_grammar,
+    structure,
+)
+from specli.serve.request import Fields, Request
+from specli.serve.tools import Structure
 
 # Anthropic-defined tools (bash_20250124, web_search_..., text_editor_...) carry no schema:
 # their behaviour lives in Anthropic's servers or in its own client code
@@ -53,7 +61,7 @@ def parse_messages(body: dict[str, Any], *, count_only: bool = False) -> Request
     options = replace(options, stop=parse_stop(body.get("stop_sequences"), "stop_sequences"))
     messages = [*_system(body.get("system")), *_conversation(body.get("messages"))]
     return Request("chat", model, options, messages=tuple(messages), stream=stream, structure=_structure(body),
-                   endpoint="messages", reasoning=_thinking(body.get("thinking")))
+                   endpoint="messages", reasoning=_thinking(body.get("thinking")), fields=Fields("messages", "max_tokens"))
 
 
 def _blocks(value: Any, where: str) -> list[Any]:
@@ -261,11 +269,7 @@ def _structure(body: dict[str, Any]) -> Structure | None:
         if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
             raise invalid(where, f'{where} must be {{"type": "json_schema", "schema": {{...}}}}', "invalid_type")
         grammar = schema_grammar(fmt["schema"], f"{where}.schema")
-    if grammar is not None and tools and choice != "none":
-        raise invalid(where, f"{where} with tools is not supported: give tools or a format", "unsupported_parameter")
-    if grammar is None and not tools:
-        return None
-    return Structure(grammar, tools, choice, parallel)
+    return structure(grammar, tools, choice, parallel, where=where)
 
 
 def _thinking(value: Any) -> bool:
