@@ -27,13 +27,17 @@ class Endpoint:
 
     @property
     def is_local(self) -> bool:
-        """A loopback address or `localhost`: reachable only from this machine."""
-        if self.host.lower() == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_local(self.host)
+
+
+def is_local(host: str) -> bool:
+    """A loopback address or `localhost`: reachable only from this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_endpoint(text: str) -> Endpoint:

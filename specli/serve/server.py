@@ -6,7 +6,6 @@ and leave with 143 or 130."""
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import signal
 import socket
 import time
@@ -20,6 +19,7 @@ from rich.console import Console
 
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, UsageError
 from specli.profiles import Settings
+from specli.rpc_endpoints import is_local
 from specli.runtime import Runtime
 from specli.runtime.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
@@ -51,15 +51,6 @@ class ServeOptions:
     aliases: tuple[str, ...] = ()  # --alias
     strict_model: bool = False
     park_idle: bool = True  # --park-idle
-
-
-def is_local(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_listen(host: str, port: int) -> None:

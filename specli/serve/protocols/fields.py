@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from specli.engine.grammar import Grammar, compile_grammar
@@ -159,23 +159,34 @@ def parse_stop(value: Any, param: str = "stop") -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
-def text_content(value: Any, where: str) -> str:
-    """A message's content: a string, or an array of text parts joined."""
+def joined_text(value: Any, where: str, part_text: Callable[[Any, str], str], sep: str = "") -> str:
+    """A content: a string, or an array of parts, each read by `part_text` (a 400 for a
+    part it refuses), joined by `sep` (each protocol's own: OpenAI's parts run on,
+    Anthropic's blocks are paragraphs)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
-        parts: list[str] = []
-        for i, part in enumerate(value):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-                raise invalid(f"{where}[{i}]", f"{where}[{i}] must be an object with a type", "invalid_type")
-            if part["type"] != "text":
-                raise invalid(f"{where}[{i}]", f"content parts of type {part['type']!r} are not supported (text only)",
-                              "unsupported_parameter")
-            if not isinstance(part.get("text"), str):
-                raise invalid(f"{where}[{i}].text", f"{where}[{i}].text must be a string", "invalid_type")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise invalid(where, f"{where} must be a string or an array of text parts, got {kind_of(value)}", "invalid_type")
+    if not isinstance(value, list):
+        raise invalid(where, f"{where} must be a string or an array of content parts, got {kind_of(value)}",
+                      "invalid_type")
+    return sep.join(part_text(part, f"{where}[{i}]") for i, part in enumerate(value))
+
+
+def typed_text(part: Any, where: str, kinds: Collection[str] = ("text",)) -> str:
+    """A text part (`{"type": one of kinds, "text": str}`): its text, else a 400."""
+    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+        raise invalid(where, f"{where} must be an object with a type", "invalid_type")
+    if part["type"] not in kinds:
+        raise invalid(where, f"{where}: content parts of type {part['type']!r} are not supported (text only)",
+                      "unsupported_parameter")
+    if not isinstance(part.get("text"), str):
+        raise invalid(f"{where}.text", f"{where}.text must be a string", "invalid_type")
+    text: str = part["text"]
+    return text
+
+
+def text_content(value: Any, where: str) -> str:
+    """OpenAI's message content: a string, or text parts run together."""
+    return joined_text(value, where, typed_text)
 
 
 def message_list(value: Any) -> list[dict[str, Any]]:
@@ -288,3 +299,37 @@ def structure(grammar: Grammar | None, tools: Sequence[dict[str, Any]], choice: 
     if grammar is None and not tools and not custom:
         return None
     return Structure(grammar, tuple(tools), choice, parallel, tuple(custom))
+
+
+def template_call(call_id: str, name: str, arguments: Any, where: str) -> dict[str, Any]:
+    """An earlier tool call as chat templates read it, its arguments an object (a JSON
+    string parsed: a 400 naming `where` if it is not JSON)."""
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        raise invalid(where, f"{where} is not valid JSON") from None
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": parsed}}
+
+
+def chosen_tool(name: Any, names: Sequence[str], where: str = "tool_choice") -> str:
+    """A tool_choice naming one tool: a 400 unless it is among the tools given."""
+    if not isinstance(name, str) or name not in names:
+        raise invalid(where, f"{where} names {name!r}, which is not among the tools")
+    return name
+
+
+def needs_tools(choice: str, names: Sequence[Any], as_sent: str) -> str:
+    """A tool_choice that asks for a call (`as_sent`: its value as the client wrote it)
+    given no tools: a 400."""
+    if not names:
+        raise invalid("tool_choice", f"tool_choice {as_sent} needs tools")
+    return choice
+
+
+def format_grammar(kind: str, schema: Any, strict: bool, where: str) -> Grammar | None:
+    """An answer format as a grammar: text (none), any JSON object, or a JSON schema's."""
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return compile_grammar("json_object", "{}")
+    return schema_grammar(schema, where, strict)

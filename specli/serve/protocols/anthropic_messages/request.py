@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 from specli.serve.errors import invalid, kind_of
 from specli.serve.protocols.fields import (
+    chosen_tool,
     function_tool,
+    joined_text,
     message_list,
+    needs_tools,
     parse_options,
     parse_stop,
     schema_grammar,
     structure,
+    template_call,
 )
 from specli.serve.request import Fields, Request
 from specli.serve.tools import Structure
@@ -73,16 +78,15 @@ def _blocks(value: Any, where: str) -> list[Any]:
 
 
 def _text_blocks(value: Any, where: str) -> str:
-    """A string, or an array of text blocks joined (other blocks: 400)."""
-    if isinstance(value, str):
-        return value
-    parts = []
-    for i, block in enumerate(_blocks(value, where)):
-        kind = _block_type(block, f"{where}[{i}]")
-        if kind != "text":
-            raise _unsupported(kind, f"{where}[{i}]")
-        parts.append(_text(block, f"{where}[{i}]"))
-    return "\n\n".join(parts)
+    """A string, or an array of text blocks as paragraphs (other blocks: 400)."""
+    return joined_text(value, where, _text_block, "\n\n")
+
+
+def _text_block(block: Any, where: str) -> str:
+    kind = _block_type(block, where)
+    if kind != "text":
+        raise _unsupported(kind, where)
+    return _text(block, where)
 
 
 def _system(value: Any) -> list[dict[str, Any]]:
@@ -103,6 +107,13 @@ def _without_billing_header(block: Any) -> Any:
         if m:
             return dict(block, text=block["text"][m.end():]) if m.end() < len(block["text"]) else None
     return block
+
+
+def _typed_blocks(content: Any, where: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(where, type, block) of each block of a content that is not a string."""
+    for i, block in enumerate(_blocks(content, where)):
+        at = f"{where}[{i}]"
+        yield at, _block_type(block, at), block
 
 
 def _block_type(block: Any, where: str) -> str:
@@ -150,9 +161,7 @@ def _user(content: Any, where: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": content}]
     out: list[dict[str, Any]] = []
     text: list[str] = []
-    for i, block in enumerate(_blocks(content, where)):
-        at = f"{where}[{i}]"
-        kind = _block_type(block, at)
+    for at, kind, block in _typed_blocks(content, where):
         if kind == "text":
             text.append(_text(block, at))
         elif kind == "tool_result":
@@ -187,9 +196,7 @@ def _assistant(content: Any, where: str) -> dict[str, Any]:
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
     text, calls, thinking = [], [], []
-    for i, block in enumerate(_blocks(content, where)):
-        at = f"{where}[{i}]"
-        kind = _block_type(block, at)
+    for at, kind, block in _typed_blocks(content, where):
         if kind == "text":
             text.append(_text(block, at))
         elif kind == "tool_use":
@@ -213,8 +220,7 @@ def _tool_use(block: dict[str, Any], where: str) -> dict[str, Any]:
         raise invalid(f"{where}.name", f"{where}.name must be a string", "invalid_type")
     if not isinstance(args, dict):
         raise invalid(f"{where}.input", f"{where}.input must be an object", "invalid_type")
-    return {"id": call_id if isinstance(call_id, str) else "", "type": "function",
-            "function": {"name": name, "arguments": args}}
+    return template_call(call_id if isinstance(call_id, str) else "", name, args, f"{where}.input")
 
 
 def _tools(value: Any) -> tuple[dict[str, Any], ...]:
@@ -249,12 +255,10 @@ def _tool_choice(value: Any, names: list[str]) -> tuple[str, bool]:
     kind = value["type"]
     if kind == "tool":
         name = value.get("name")
-        if name not in names:
-            raise invalid("tool_choice.name", f"tool_choice names {name!r}, which is not among the tools")
-        return name, parallel
-    if kind == "any" and not names:
-        raise invalid("tool_choice", "tool_choice any needs tools")
-    return {"auto": "auto", "any": "required", "none": "none"}[kind], parallel
+        return chosen_tool(name, names, "tool_choice.name"), parallel
+    if kind == "any":
+        return needs_tools("required", names, "any"), parallel
+    return {"auto": "auto", "none": "none"}[kind], parallel
 
 
 def _structure(body: dict[str, Any]) -> Structure | None:

@@ -9,18 +9,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from specli.engine.grammar import Grammar, compile_grammar
+from specli.engine.grammar import Grammar
 from specli.runtime.fim import FimFields
 from specli.serve.errors import invalid, kind_of
 from specli.serve.protocols.fields import (
+    chosen_tool,
     editor_stops,
+    format_grammar,
     function_tool,
     message_list,
+    needs_tools,
     opt_bool,
     opt_str,
     parse_options,
-    schema_grammar,
     structure,
+    template_call,
     text_content,
 )
 from specli.serve.request import Fields, Request
@@ -137,13 +140,8 @@ def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise invalid(f"{where}[{i}]", f'{where}[{i}] must be {{"type": "function", "function": {{"name": ..., '
                                            '"arguments": ...}}}}', "invalid_type")
-        args = fn.get("arguments", "{}")
-        try:
-            parsed = json.loads(args) if isinstance(args, str) else args
-        except ValueError:
-            raise invalid(f"{where}[{i}].function.arguments", f"{where}[{i}].function.arguments is not valid JSON") from None
-        out.append({"id": call.get("id", ""), "type": "function",
-                    "function": {"name": fn["name"], "arguments": parsed}})
+        out.append(template_call(call.get("id", ""), fn["name"], fn.get("arguments", "{}"),
+                                 f"{where}[{i}].function.arguments"))
     return out
 
 
@@ -176,19 +174,16 @@ def _response_format(value: Any) -> Grammar | None:
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise invalid("response_format", "response_format must be an object with a type", "invalid_type")
     kind = value["type"]
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return compile_grammar("json_object", "{}")
-    if kind != "json_schema":
+    if kind not in ("text", "json_object", "json_schema"):
         raise invalid("response_format.type", f"response_format.type must be text, json_object or json_schema, "
                                               f"got {json.dumps(kind)}")
+    if kind != "json_schema":
+        return format_grammar(kind, None, False, "response_format")
     spec = value.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
         raise invalid("response_format.json_schema", "response_format.json_schema must be an object with a schema "
                                                      "object", "invalid_type")
-    schema = spec.get("schema", {})
-    return schema_grammar(schema, "response_format.json_schema.schema", bool(spec.get("strict")))
+    return format_grammar(kind, spec.get("schema", {}), bool(spec.get("strict")), "response_format.json_schema.schema")
 
 
 def _tools(value: Any) -> tuple[dict[str, Any], ...]:
@@ -214,14 +209,10 @@ def _tool_choice(value: Any, tools: Sequence[dict[str, Any]]) -> str:
     if isinstance(value, str):
         if value not in ("auto", "none", "required"):
             raise invalid("tool_choice", f"tool_choice must be auto, none, required or a function, got {json.dumps(value)}")
-        if value == "required" and not tools:
-            raise invalid("tool_choice", "tool_choice required needs tools")
-        return value
+        return needs_tools(value, tools, value) if value == "required" else value
     fn = value.get("function") if isinstance(value, dict) else None
     name = fn.get("name") if isinstance(fn, dict) else None
     if not isinstance(name, str):
         raise invalid("tool_choice", 'tool_choice must be auto, none, required or {"type": "function", '
                                      '"function": {"name": ...}}', "invalid_type")
-    if name not in [t["function"]["name"] for t in tools]:
-        raise invalid("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
-    return name
+    return chosen_tool(name, [t["function"]["name"] for t in tools])

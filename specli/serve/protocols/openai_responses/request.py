@@ -19,11 +19,22 @@ from typing import Any
 
 from specli.engine.grammar import compile_grammar
 from specli.serve.errors import invalid, kind_of
-from specli.serve.protocols.fields import function_tool, opt_bool, parse_options, schema_grammar, structure
+from specli.serve.protocols.fields import (
+    MAX_MESSAGES,
+    chosen_tool,
+    format_grammar,
+    function_tool,
+    joined_text,
+    needs_tools,
+    opt_bool,
+    parse_options,
+    structure,
+    template_call,
+    typed_text,
+)
 from specli.serve.request import Fields, Request
 from specli.serve.tools import CustomTool, Structure, custom_call_text
 
-MAX_ITEMS = 4096
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
 _HOSTED_TOOLS = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26", "file_search", "computer_use",
@@ -97,8 +108,8 @@ def _input(value: Any, notes: list[str]) -> list[dict[str, Any]]:
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
         raise invalid("input", f"input must be a string or an array of items, got {kind_of(value)}", "invalid_type")
-    if len(value) > MAX_ITEMS:
-        raise invalid("input", f"input holds {len(value)} items; at most {MAX_ITEMS} are allowed")
+    if len(value) > MAX_MESSAGES:
+        raise invalid("input", f"input holds {len(value)} items; at most {MAX_MESSAGES} are allowed")
     out: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         where = f"input[{i}]"
@@ -133,26 +144,20 @@ def _str(item: dict[str, Any], key: str, where: str) -> str:
 
 
 def _text(value: Any, where: str) -> str:
-    """A string, or text parts joined (images and files: 400)."""
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        raise invalid(where, f"{where} must be a string or an array of content parts, got {kind_of(value)}",
-                      "invalid_type")
-    parts = []
-    for i, part in enumerate(value):
-        at = f"{where}[{i}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "refusal" and isinstance(part.get("refusal"), str):
-            parts.append(part["refusal"])
-        elif kind in _TEXT_PARTS and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise invalid(at, f"{at}: {kind} parts are not supported: this server's model reads text only",
-                          "unsupported_content")
-        else:
-            raise invalid(at, f"{at} must be a text part ({{\"type\": \"input_text\", \"text\": ...}})", "invalid_type")
-    return "".join(parts)
+    """A string, or text parts run together (images and files: 400)."""
+    return joined_text(value, where, _text_part)
+
+
+def _text_part(part: Any, where: str) -> str:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return str(part["refusal"])
+    if kind in ("input_image", "input_file", "input_audio"):
+        raise invalid(where, f"{where}: {kind} parts are not supported: this server's model reads text only",
+                      "unsupported_content")
+    if kind not in _TEXT_PARTS:
+        raise invalid(where, f"{where} must be a text part ({{\"type\": \"input_text\", \"text\": ...}})", "invalid_type")
+    return typed_text(part, where, _TEXT_PARTS)
 
 
 def _message(item: dict[str, Any], where: str, out: list[dict[str, Any]]) -> None:
@@ -179,13 +184,8 @@ def _call(item: dict[str, Any], where: str, out: list[dict[str, Any]], custom: b
         text = custom_call_text(name, _str(item, "input", where))
         last["content"] = "\n".join(p for p in (last["content"], text) if p)
         return
-    args = item.get("arguments", "{}")
-    try:
-        parsed = json.loads(args) if isinstance(args, str) else args
-    except ValueError:
-        raise invalid(f"{where}.arguments", f"{where}.arguments is not valid JSON") from None
-    last.setdefault("tool_calls", []).append({"id": call_id, "type": "function",
-                                              "function": {"name": name, "arguments": parsed}})
+    last.setdefault("tool_calls", []).append(template_call(call_id, name, item.get("arguments", "{}"),
+                                                           f"{where}.arguments"))
 
 
 def _tools(value: Any, notes: list[str]) -> tuple[list[dict[str, Any]], list[CustomTool], dict[str, tuple[str, str]]]:
@@ -256,18 +256,14 @@ def _choice(value: Any, names: list[str], spaces: dict[str, tuple[str, str]]) ->
     if value is None or value == "auto":
         return "auto"
     if value in ("none", "required"):
-        if value == "required" and not names:
-            raise invalid("tool_choice", "tool_choice required needs tools")
-        return str(value)
+        return needs_tools("required", names, "required") if value == "required" else "none"
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "allowed_tools":
         return "required" if value.get("mode") == "required" and names else "auto"
     if kind in ("function", "custom") and isinstance(value.get("name"), str):
         name = value["name"]
         flat = next((f for f, (_, n) in spaces.items() if n == name), name) if name not in names else name
-        if flat not in names:
-            raise invalid("tool_choice", f"tool_choice names {name!r}, which is not among the tools")
-        return flat
+        return flat if flat in names else chosen_tool(name, names)
     raise invalid("tool_choice", 'tool_choice must be auto, none, required, {"type": "function", "name": ...} or '
                                  '{"type": "custom", "name": ...}', "invalid_type")
 
@@ -280,12 +276,8 @@ def _format(value: Any) -> Any:
     if fmt is None:
         return None
     kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return compile_grammar("json_object", "{}")
-    if kind == "json_schema" and isinstance(fmt.get("schema"), dict):
-        return schema_grammar(fmt["schema"], "text.format.schema", bool(fmt.get("strict")))
+    if kind in ("text", "json_object") or kind == "json_schema" and isinstance(fmt.get("schema"), dict):
+        return format_grammar(kind, fmt.get("schema"), bool(fmt.get("strict")), "text.format.schema")
     raise invalid("text.format", 'text.format must be {"type": "text"}, {"type": "json_object"} or '
                                  '{"type": "json_schema", "name": ..., "schema": {...}}', "invalid_type")
 
