@@ -242,3 +242,15 @@ def test_old_profile_key_is_a_note(tmp_path) -> None:  # type: ignore[no-untyped
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["draft_p_min"] == 0.4
     assert "note:" in res.stderr and "'p_min' is deprecated: rename it 'draft_p_min'" in res.stderr
+
+
+def test_the_command_list_gives_each_command_one_line() -> None:
+    """`specli --help` lists each command in one line at 80 columns, as git and gh do; the
+    details are each command's own --help."""
+    res = runner.invoke(app, ["--help"], env={"COLUMNS": "80", "NO_COLOR": "1"}, terminal_width=80)
+    assert res.exit_code == 0, res.output
+    box = res.output.split("Commands")[1].splitlines()[1:]
+    rows = [line.strip("│ ").strip() for line in box if line.startswith("│")]
+    names = [r.split()[0] for r in rows if r]
+    assert {"generate", "chat", "serve", "bench", "calibrate", "complete", "rpc-server", "models"} <= set(names)
+    assert all(line[2] != " " for line in box if line.startswith("│")), res.output  # no continuation lines

@@ -42,11 +42,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(bench_app, name="bench")
+app.add_typer(bench_app, name="bench",
+              short_help="Measure drafting modes against plain decoding.")
 app.add_typer(models_app, name="models")
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(cache_app, name="cache")
-app.command()(complete)
+app.command(short_help="Fill in the middle of a file at a cursor.")(complete)
 
 
 @app.callback()
@@ -199,7 +200,7 @@ def chat(
         session.rt.close()  # the session's runtime: reloaded after a lost RPC server
 
 
-@app.command()
+@app.command(short_help="Measure this machine's costs and numerics again, and show them.")
 @guarded
 @with_settings(*MODELS, *HARDWARE, "ctx")  # the context axis is measured up to --ctx
 def calibrate(
@@ -247,7 +248,7 @@ def calibrate(
     view.show(Console(), cal, key, s.verify == "exact")
 
 
-@app.command("rpc-server")
+@app.command("rpc-server", short_help="Serve this machine's CPU or GPUs to --rpc clients.")
 @guarded
 def rpc_server(
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but 127.0.0.1/localhost exposes this "
@@ -265,7 +266,8 @@ def rpc_server(
     raise typer.Exit(run_server(host, port, threads, cache, lambda text: err_console().print(text, markup=False)))
 
 
-@app.command(help="Serve the pair over the OpenAI, Anthropic and llama-server HTTP APIs (POST "
+@app.command(short_help="Serve the pair over HTTP, with a chat page at /.",
+             help="Serve the pair over the OpenAI, Anthropic and llama-server HTTP APIs (POST "
                   "/v1/chat/completions, /v1/completions (suffix: fill in the middle), /v1/responses, /v1/messages, "
                   "/v1/messages/count_tokens, /infill, /tokenize, /detokenize, /apply-template; GET /v1/models, "
                   "/v1/responses/ID, /props, /slots, /health, /metrics), --parallel requests at once in one batch per step, "
