@@ -1,11 +1,19 @@
-"""`specli serve`: an OpenAI-compatible HTTP server over one loaded pair.
+"""`specli serve`: one loaded pair over HTTP, in several protocols. Imported only by the
+command. The tree, in the order a request meets it:
 
-requests (bodies checked into records), responses (the OpenAI response and chunk
-shapes), errors (every error a client gets, its status chosen by its kind), tools
-(response_format and tool calls), worker (the one generation thread and its bounded
-queue), app (Starlette routes: auth, body cap, JSON and server-sent events), metrics
-(counters -> Prometheus text), view (log lines and the live table), server (uvicorn,
-signals, exit codes). Imported only by the command."""
+- server: uvicorn, signals, exit codes; view: the log lines and the live table
+- app: the route table (one line per protocol) and the error handlers
+- served: what every route shares (configuration, worker, counters), the key check, the body reader
+- generation: the routes that generate and count tokens, for any protocol
+- protocols/: one package per protocol (request.py: its body into the one `Request`;
+  reply.py: the outcome into its answer, frames and errors), and what they share
+- request: the one internal request; outcome: what a job pushes back (`Delta`, `Outcome`)
+- rendering: a request's prompt tokens and answer grammar; tools, schemas: tool calls and
+  structured output
+- worker: the slots, the queue and the generation threads; sources: the web page's token marks
+- figures: `timings` and the `specli` object every answer carries; stats: /metrics
+- errors: every error a client gets; web/: the chat page at /
+"""
 
 DEFAULT_HOST = "127.0.0.1"  # local only unless asked: the server has no TLS of its own
 DEFAULT_PORT = 8080  # llama-server's, so clients set up for it find this one
