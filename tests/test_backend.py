@@ -205,7 +205,11 @@ def test_default_batch_rows_differ_only_by_noise(qwen_calibration: Calibration) 
     within the noise the calibration measures (the near-tie bound's source)."""
     cal = qwen_calibration
     assert 0 < cal.max_logit_diff < 2.0  # batches of 4+ rows take the repacked weights' gemm
-    assert cal.sizes[0] == 1 and all(r >= 1.0 for r in cal.ratios)
+    assert cal.sizes[0] == 1 and cal.ratios[0] == 1.0 and cal.ratios[-1] > 1.0, cal.ratios
+    # a batch costs a plain step or more; timed beside another busy process, t1's median can
+    # come out high and a small batch's best time under it (CI measured 0.89x for 2 rows so)
+    floor = 0.5 if cal.provisional else 0.85
+    assert all(r >= floor for r in cal.ratios), (cal.ratios, cal.load)
 
 
 def test_calibration_noise_covers_long_contexts() -> None:
