@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specli.engine import metrics
+from specli.engine import FINISH_STOP, metrics
 from specli.engine.adjust import TokenLogprob
 from specli.runtime.prompt_cache import CacheUse
 from specli.serve.errors import ApiError
@@ -18,6 +18,8 @@ from specli.serve.tools import ToolCall
 # its grammar's), a stop string (or a fill-in-the-middle's suffix line), the token limit
 # (or the context, or an editor's limit), tool calls, or the client gone / the server stopping
 Finish = Literal["end", "stop_string", "length", "tool_call", "cancelled"]
+# the engine's reasons for an answer that ended by itself (a FIM's suffix line is a stop too)
+ENDED_BY_ITSELF = frozenset({FINISH_STOP, "suffix"})
 
 
 @dataclass
@@ -50,12 +52,11 @@ class Delta:
 Pushed = Delta | Outcome | ApiError  # what a job hands its request's reader
 
 
-def finish_of(engine_finish: str, stopped: set[str], found_calls: bool, stop_string: str | None) -> Finish:
-    """The neutral finish of an answer the engine ended with `engine_finish`; `stopped`
-    are the engine's reasons for an answer that ended by itself."""
+def finish_of(engine_finish: str, found_calls: bool, stop_string: str | None) -> Finish:
+    """The neutral finish of an answer the engine ended with `engine_finish`."""
     if engine_finish in ("cancelled", "terminated"):
         return "cancelled"
-    if engine_finish not in stopped:
+    if engine_finish not in ENDED_BY_ITSELF:
         return "length"
     if found_calls:
         return "tool_call"

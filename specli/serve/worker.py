@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from specli.engine import FINISH_STOP, generate, metrics
+from specli.engine import generate, metrics
 from specli.engine.adjust import Adjust
 from specli.engine.grammar import Constraint, Grammar, tokenizer_for
 from specli.errors import SpecliError
@@ -201,9 +201,12 @@ class Worker:
 
     @property
     def slot_views(self) -> list[SlotView]:
-        return [SlotView(s.index, s.rt.target.n_past, *((j.id, len(j.prompt), j.request.endpoint or j.request.kind)
-                                                        if isinstance(j := s.job, Job) else ()))
-                for s in (self.slots.slots if self.slots is not None else [])]
+        views = []
+        for s in self.slots.slots if self.slots is not None else []:
+            j = s.job if isinstance(s.job, Job) else None
+            views.append(SlotView(s.index, s.rt.target.n_past) if j is None else SlotView(
+                s.index, s.rt.target.n_past, j.id, len(j.prompt), j.request.endpoint or j.request.kind))
+        return views
 
     @property
     def n_running(self) -> int:
@@ -440,7 +443,7 @@ class Worker:
         text, found = "".join(parts), list[ToolCall]()
         if calls is not None:
             text, found = calls.outcome(text)
-        ended = finish_of(finish, {FINISH_STOP, "suffix"}, bool(found), stop_string)
+        ended = finish_of(finish, bool(found), stop_string)
         notes = structure.notes + structure.problems(text, found) if structure is not None else []
         job.push(Outcome(text, ended, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
                          lps + pending if lps is not None else None, stop_string, notes))
