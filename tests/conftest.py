@@ -42,6 +42,12 @@ def _own_prompt_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     yield from _own_dir(tmp_path_factory, "prompt-cache", "SPECLI_PROMPT_CACHE_DIR")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_heads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Heads trained in tests live in the test session's own folder; auto never finds a user's."""
+    yield from _own_dir(tmp_path_factory, "heads", "SPECLI_HEADS_DIR")
+
+
 def total_variation(a: dict[Any, float], b: dict[Any, float]) -> float:
     """Total variation distance between two distributions given as outcome -> mass."""
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))

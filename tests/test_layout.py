@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "specli"
 FORBIDDEN = {
     "engine": {"drafters", "runtime", "cli", "bench", "serve", "backend", "history", "registry", "profiles"},
     "drafters": {"runtime", "cli", "bench", "serve", "backend", "registry", "profiles"},
+    "heads": {"engine", "drafters", "history", "runtime", "cli", "bench", "serve", "backend", "registry", "profiles"},
     "history": {"engine", "drafters", "runtime", "cli", "bench", "serve", "backend"},
     "runtime": {"cli", "bench", "serve"},
     "backend": {"engine", "drafters", "runtime", "cli", "bench", "serve"},

@@ -178,7 +178,7 @@ class Model(ModelText, ModelFeatures):
         argmax (lowest index on ties, as numpy's), computed in llama.cpp's graph where
         `device_argmax` (the rows are not read), else from the rows."""
         n = len(tokens)
-        if self._sampler is None or n > self.n_batch:
+        if self._sampler is None or n > self.n_batch or self.features:  # features: read the rows
             rows = self.decode(tokens, range(n))
             return lambda i: int(rows[i].argmax())
         self._check_part(0, n, range(n))
@@ -346,19 +346,12 @@ class Model(ModelText, ModelFeatures):
             self._b_logits[[start + r for r in rows]] = 1
             self._set_seq(start, m, seq)
             start += m
+        self._embed_for(any(rows for _, _, rows in parts))
         self._run_batch(n, seqs)
+        self._note_parts([(seq, len(tokens)) for seq, tokens, _ in parts], self._seq_tokens)
         for seq, tokens, _ in parts:
             self._seq_tokens[seq].extend(map(int, tokens))
-        if self.features:
-            return self._parts_rows([(len(tokens), rows) for _, tokens, rows in parts])
-        out: list[np.ndarray] = []
-        n_rows = sum(len(r) for _, _, r in parts)
-        view = self._rows_view(n_rows) if n_rows else np.empty((0, self.n_vocab), dtype=np.float32)
-        at = 0
-        for _, _, rows in parts:  # llama.cpp keeps one batch's outputs in batch order
-            out.append(view[at:at + len(rows)])
-            at += len(rows)
-        return out
+        return self._parts_rows([(len(tokens), rows) for _, tokens, rows in parts])
 
     def _check_part(self, seq: int, n: int, rows: Sequence[int]) -> None:
         n_past = len(self._seq_tokens[seq])
@@ -402,7 +395,9 @@ class Model(ModelText, ModelFeatures):
                 self._b_logits[list(rows)] = 1
         if self.n_seq > 1:
             self._set_seq(0, n, seq)
+        self._embed_for(bool(rows))
         self._run_batch(n, (seq,))
+        self._note_hidden(seq, pos0, 0, n)
         self._seq_tokens[seq].extend(map(int, tokens))
 
     def _run_batch(self, n: int, seqs: Sequence[int]) -> None:

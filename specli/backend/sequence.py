@@ -142,6 +142,10 @@ class SeqModel:
         rows = self.decode(tokens, range(len(tokens)))
         return lambda i: int(rows[i].argmax())
 
+    def hidden_at(self, pos: int) -> np.ndarray | None:
+        """This slot's hidden state at `pos` (Model.hidden_at)."""
+        return self.model.hidden_at(pos, self.seq)
+
     def rollback(self, n_keep: int) -> None:
         self.model.rollback(n_keep, self.seq)
 

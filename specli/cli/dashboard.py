@@ -74,6 +74,9 @@ def stats_table(c: metrics.Counters, rolling_tps: float | None = None) -> Table:
         t.add_row("first token", f"{c.t_first_token * 1000:.0f} ms")
     if c.drafter_steps:
         t.add_row("steps", ", ".join(f"{k} {v}" for k, v in sorted(c.drafter_steps.items())))
+    if c.accepted_by:  # which drafter each accepted token came from
+        t.add_row("accepted by", ", ".join(f"{k} {c.accepted_by[k]}/{c.drafted_by.get(k, 0)}"
+                                           for k in sorted(c.accepted_by)))
     if c.n_forced:
         t.add_row("grammar", f"{c.n_forced} forced tokens drafted, {c.n_forced_accepted} kept")
     return t

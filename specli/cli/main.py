@@ -19,6 +19,7 @@ from specli.cli.bench import bench_app
 from specli.cli.complete import complete
 from specli.cli.files import read_text_file
 from specli.cli.guard import err_console, guarded, print_notes
+from specli.cli.heads import heads_app
 from specli.cli.manage import cache_app, profiles_app
 from specli.cli.models import models_app
 from specli.cli.options import (
@@ -47,6 +48,7 @@ app.add_typer(bench_app, name="bench",
 app.add_typer(models_app, name="models")
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(cache_app, name="cache")
+app.add_typer(heads_app, name="heads", short_help="Train and manage learned drafters (Medusa heads).")
 app.command(short_help="Fill in the middle of a file at a cursor.")(complete)
 
 

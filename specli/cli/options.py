@@ -42,7 +42,7 @@ def setting_option(name: str) -> Any:
 MODELS = ("target", "draft")
 HARDWARE = ("n_gpu_layers", "draft_n_gpu_layers", "tensor_split", "threads", "verify", "rpc", "draft_rpc", "rpc_timeout")
 # every option of a generation: the same in generate, chat and bench
-GENERATION = (*MODELS, "drafter", "draft_max", "draft_p_min", "grammar_drafts", "temperature", "top_k", "top_p", "min_p", "seed",
+GENERATION = (*MODELS, "drafter", "heads", "draft_max", "draft_p_min", "grammar_drafts", "temperature", "top_k", "top_p", "min_p", "seed",
               "max_tokens", "stop", "system", "raw", "history", "ctx", *HARDWARE)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from specli.history.index import Continuation, SuffixIndex, Tokens
 
-__all__ = ["Continuation", "HistoryStore", "SuffixIndex", "history_dir"]
+__all__ = ["Continuation", "HistoryStore", "SuffixIndex", "documents", "history_dir"]
 
 MAGIC = b"SPECLIHS"
 FORMAT_VERSION = 1
@@ -128,6 +128,15 @@ def _read_own(path: Path, vocab_key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _split(lengths: np.ndarray, tokens: np.ndarray) -> list[np.ndarray]:
     return np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+def documents(vocab_key: str, directory: Path | None = None) -> list[np.ndarray]:
+    """The stored outputs of models with `vocab_key`, oldest first (none if there is no
+    store or it cannot be read)."""
+    try:
+        return _split(*_read_own((directory or history_dir()) / (_stem(vocab_key) + _SUFFIX), vocab_key))
+    except (OSError, DamagedStore):
+        return []
 
 
 class HistoryStore:

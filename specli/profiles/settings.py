@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from specli.profiles.spec import Spec
 from specli.types import SamplingParams
 
-DRAFTERS = ("draft", "ngram", "suffix", "hybrid", "auto", "none")
+DRAFTERS = ("draft", "ngram", "suffix", "hybrid", "medusa", "eagle", "auto", "none")
 VERIFY_MODES = ("batch", "exact")
 FLASH_ATTN = ("auto", "on", "off")
 KV_TYPES = ("auto", "f16", "q8_0", "q4_0", "f32")
@@ -87,8 +87,12 @@ class Settings:
         _DRAFT, nullable=True, null_words=("none",), doc="draft model; none = no model", reload=True
     )
     # drafting
-    drafter: str = _choice("draft", DRAFTERS, doc="who drafts: model, n-gram lookup, suffix (earlier outputs too), both, auto or none")
+    drafter: str = _choice("draft", DRAFTERS, doc="who drafts: model, n-gram lookup, suffix (earlier outputs too), both, "
+                                                        "Medusa heads, the EAGLE feature drafter (specli heads train), auto or none")
     draft_max: int = _int(4, 0, 64, doc="most tokens drafted per step")
+    heads: str | None = _str(None, nullable=True, null_words=("default",),
+                             doc="trained heads (a folder of `specli heads list`) medusa and eagle draft with; "
+                                 "null = the target's own", reload=True)
     verify: str = _choice(
         "batch", VERIFY_MODES, reload=True,
         doc="batch: the whole draft in one target batch (greedy output equals the target's except at "
@@ -97,6 +101,9 @@ class Settings:
     auto_ledger: bool = _bool(True, doc="auto drafts only while its drafts have not lost lately (false: by its "
                                         "prices alone; faster with a draft model on memory-bound targets, "
                                         "unbounded where text does not repeat)")
+    auto_heads: bool = _bool(True, doc="auto drafts with the target's trained heads too, where there are any "
+                                       "(specli heads train)")
+    auto_draft: bool = _bool(True, doc="auto drafts with the draft model too, where one is set")
     draft_min: int = _int(0, 0, 64, doc="fewest tokens drafted per step (<= draft_max)")
     draft_p_min: float = _float(0.0, 0.0, 1.0, doc="stop drafting below this draft-model top probability")
     ngram_min: int = _int(3, 1, 16, doc="shortest n-gram the n-gram drafter matches")

@@ -40,6 +40,7 @@ from specli.history import HistoryStore, SuffixIndex
 from specli.profiles import Settings, needs_draft_model, reads_history
 from specli.runtime import calibration, prompting
 from specli.runtime.calibration import CONTEXT_SIZES, Calibration
+from specli.runtime.learned import LEARNED_DRAFTERS, LoadedHeads, has_heads, load_heads
 from specli.runtime.pair import check_pair
 from specli.types import Drafter
 
@@ -87,6 +88,7 @@ class Runtime:
     _costs: dict[str, CostModel] = field(default_factory=dict, repr=False)  # per verify mode
     _history: HistoryStore | None = field(default=None, repr=False)
     _learned: dict[tuple[object, ...], Learned] = field(default_factory=dict, repr=False)
+    _heads: LoadedHeads | None = field(default=None, repr=False)
 
     def close(self) -> None:
         self.save_costs()
@@ -122,13 +124,17 @@ class Runtime:
         ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog, prediction)
         if s.drafter == "ngram":
             return ngram
+        if s.drafter in LEARNED_DRAFTERS:
+            return self._loaded_heads(s).drafter(s.drafter, self.target, s.sampling())
         suffix = self._suffix_drafter(s, history, ngram, keep)
         if s.drafter == "suffix":
             return suffix or ngram
         if s.drafter == "auto":
-            model = self._draft_model_drafter(s, bias) if self.draft is not None else None
+            model = self._draft_model_drafter(s, bias) if self.draft is not None and s.auto_draft else None
+            trained = self._heads is not None or s.heads is not None or has_heads(self.target.path)
+            heads = self._loaded_heads(s).drafters(self.target, s.sampling()) if s.auto_heads and trained else []
             auto = AutoDrafter(self.costs(s), model, ngram, suffix=suffix, learned=self.learned(s),
-                               ledger=s.auto_ledger)
+                               ledger=s.auto_ledger, heads=heads)
             if self.shared_batches:  # a slot's: alone in its rounds, it drafts as alone
                 auto.shared_batches = getattr(self.target, "others_busy", auto.shared_batches)
             return auto
@@ -137,6 +143,19 @@ class Runtime:
         if s.drafter == "hybrid":
             return HybridDrafter(self._draft_model_drafter(s, bias), ngram)
         return self._draft_model_drafter(s, bias)
+
+    def _loaded_heads(self, s: Settings) -> LoadedHeads:
+        """The target's learned drafters (or those `s.heads` names), loaded once; they read
+        the target's hidden states, so features go on for good (a verify step pays nothing
+        for them)."""
+        if self._heads is None:
+            self._heads = load_heads(self.target.path, s.target, s.heads, self.target.n_vocab)
+            self.target.set_features(True)
+            costs = self.costs(s)
+            for name, seconds in self._heads.seconds.items():
+                if costs.step > 0:
+                    costs.heads_ratios.setdefault(name, seconds / costs.step)
+        return self._heads
 
     def learned(self, s: Settings) -> Learned | None:
         """auto's acceptance so far under settings that draft alike (None: start afresh)."""

@@ -18,6 +18,7 @@ from specli.engine.text import StepEvent
 from specli.runtime.prompt_cache import CacheUse
 
 TARGET = "target"  # the source of a token the target wrote itself
+LEARNED = {"medusa": "heads"}  # the page marks every learned drafter's tokens alike
 
 
 @dataclass
@@ -72,7 +73,8 @@ class SourceMarks:
             self._steps.append([ev.drafter, ev.n_drafted, ev.n_accepted, len(ev.tokens)])
         for i, token in enumerate(ev.tokens):
             lp = ev.logprobs[i] if ev.logprobs is not None and i < len(ev.logprobs) else None
-            mark = Mark(self._detokenize([token]), ev.drafter if i < ev.n_accepted else TARGET,
+            source = LEARNED.get(ev.drafter, ev.drafter) if i < ev.n_accepted else TARGET
+            mark = Mark(self._detokenize([token]), source,
                         lp.logprob if lp is not None else None, runner_up(lp, self._piece) if lp is not None else None)
             self._marks.append(mark)
 

@@ -134,6 +134,8 @@ class CostModel:
     chunk: int | None = None
     level: float = 1.0  # online correction of every batch ratio (n >= 2)
     ngram_step: float = 2e-5
+    # one token drafted by each learned drafter (medusa, eagle), in plain steps
+    heads_ratios: dict[str, float] = field(default_factory=dict)
     # the batch curve's growth with the context a batch attends to: growth[c][j] is a batch
     # of growth_sizes[j] tokens over contexts[c] cached tokens in plain steps there, over
     # the table's ratio (1 at the table's own short context; linear in the context past
@@ -338,12 +340,20 @@ class CostModel:
         if self.step > 0:
             self.draft_ratio += 0.1 * (seconds / self.step - self.draft_ratio)
 
+    def observe_heads(self, name: str, seconds: float, k: int) -> None:
+        """Learned drafter `name` drafted k tokens in `seconds` (its arithmetic, on this host)."""
+        if self.step > 0 and k > 0:
+            old = self.heads_ratios.get(name, seconds / k / self.step)
+            self.heads_ratios[name] = old + 0.1 * (seconds / k / self.step - old)
+
     def draft_costs(self, kind: str, k_max: int, pending: int = 1) -> list[float]:
         """Cost of drafting k tokens: the draft model decodes `pending` catch-up
         tokens in one batch for the first, then one token each (its batches are
-        assumed to scale like the target's)."""
+        assumed to scale like the target's); heads cost their arithmetic per token."""
         if kind in ("ngram", "suffix"):  # index lookups: no model
             return [0.0] + [self.ngram_step] * k_max
+        if kind in self.heads_ratios:  # a learned drafter: its arithmetic per token
+            return [0.0] + [self.heads_ratios[kind] * self.step * k for k in range(1, k_max + 1)]
         step = self.draft_ratio * self.step
         catch_up = step * self.batch_ratio(pending)
         if pending > 1:

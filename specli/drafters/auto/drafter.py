@@ -1,6 +1,6 @@
 """The cost-aware controller as a drafter: each step it asks the n-gram index and the
-store of earlier outputs and weighs the draft model, then drafts with the (drafter, k)
-of highest expected tokens per second, or not at all (k = 0)."""
+store of earlier outputs and weighs the draft model and the target's trained heads, then
+drafts with the (drafter, k) of highest expected tokens per second, or not at all (k = 0)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from specli.drafters.auto.costs import CostModel
 from specli.drafters.auto.policy import AcceptanceStats, Choice, Ledger, choose
 from specli.drafters.auto.split import expected_gains
 from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.learned import LearnedDrafter
 from specli.drafters.ngram import PREDICTION, NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
 from specli.engine.grammar import Constraint
@@ -65,20 +66,28 @@ class AutoDrafter(Drafter):
         suffix: SuffixDrafter | None = None,
         learned: Learned | None = None,
         ledger: bool = True,
+        heads: Sequence[LearnedDrafter] = (),
     ) -> None:
+        """`heads`: the target's learned drafters (Medusa heads, the EAGLE-style feature
+        drafter), each priced by its measured arithmetic and acceptance like the draft
+        model (its held-out acceptance is the prior)."""
         self._costs = costs
         self.draft = draft
+        self.heads = {h.name: h for h in heads}
         self.ngram = ngram
         self.suffix = suffix  # earlier outputs (its n-gram index is `ngram`, asked here directly)
         self.explore_every = explore_every
         learned = learned or Learned()
         self.acceptance = learned.acceptance
+        for h in heads:
+            if h.name not in self.acceptance or not self.acceptance[h.name].drafted:  # their held-out acceptance
+                self.acceptance[h.name] = AcceptanceStats(prior=h.prior)
         # index-lookup acceptance by match: (length, whether every earlier occurrence of the
         # matched text went on with the first drafted token). A 6-token match predicts far
         # better than a 3-token one, and one continuation better than the likeliest of several.
         self.by_n = learned.by_n
         self.last = Choice("none", 0, 0.0)
-        self._since_tried = {"draft": 0, "ngram": 0, "suffix": 0}
+        self._since_tried = {"draft": 0, "ngram": 0, "suffix": 0, **dict.fromkeys(self.heads, 0)}
         # steps between probes of a drafter not chosen; doubles while probes fail, up to a cap
         self._interval = dict.fromkeys(self._since_tried, min(FIRST_PROBE, explore_every))
         self._probing: str | None = None
@@ -148,6 +157,9 @@ class AutoDrafter(Drafter):
         if self.draft is not None:
             available["draft"] = k
             pending = max(1, len(history) - self.draft.model.n_past)
+        for name, h in self.heads.items():
+            if h.ready(history):
+                available[name] = min(k, h.n_heads)
         choice = choose(self.costs, stats, available, pending)
         if choice.drafter != "none" and self.costs.plain_step_due:
             available = {}  # a plain step now and then keeps t1, and with it every price, honest
@@ -177,17 +189,7 @@ class AutoDrafter(Drafter):
         self._shadow = [(name, d.tokens, self._match[name]) for name, d in lookups.items()
                         if d.tokens and name != choice.drafter]
         self._control_seconds += time.perf_counter() - t_control
-        if choice.drafter in lookups:
-            found = lookups[choice.drafter]
-            d = Draft(found.tokens[: choice.k], None, found.source if found.source == PREDICTION else choice.drafter)
-        elif choice.drafter == "draft" and self.draft is not None:
-            d = self.draft.propose(history, choice.k)
-            self.costs.observe_catch_up(pending, self.draft.catch_up_seconds)
-            for s in self.draft.step_seconds:
-                self.costs.observe_draft_step(s)
-            d.source = "draft"
-        else:
-            d = Draft(source="none")
+        d = self._drafted(choice, lookups, history, pending)
         if shared and d.tokens and self._probing is None:
             d.gains = expected_gains(stats[choice.drafter].rates(len(d.tokens)))
             d.rate = max(1.0, choice.speed * self.costs.step)
@@ -196,6 +198,25 @@ class AutoDrafter(Drafter):
         self._used = (choice.drafter, len(d.tokens))
         self._extra = 0
         return d
+
+    def _drafted(self, choice: Choice, lookups: dict[str, Draft], history: Sequence[int], pending: int) -> Draft:
+        """The chosen drafter's draft of choice.k tokens (a lookup's is already made)."""
+        if choice.drafter in lookups:
+            found = lookups[choice.drafter]
+            return Draft(found.tokens[: choice.k], None, found.source if found.source == PREDICTION else choice.drafter)
+        if choice.drafter == "draft" and self.draft is not None:
+            d = self.draft.propose(history, choice.k)
+            self.costs.observe_catch_up(pending, self.draft.catch_up_seconds)
+            for s in self.draft.step_seconds:
+                self.costs.observe_draft_step(s)
+            d.source = "draft"
+            return d
+        if choice.drafter in self.heads:
+            learned = self.heads[choice.drafter]
+            d = learned.propose(history, choice.k)
+            self.costs.observe_heads(choice.drafter, learned.last_seconds, choice.k)
+            return d
+        return Draft(source="none")
 
     def _offer(self, choice: Choice, lookups: dict[str, Draft], stats: dict[str, AcceptanceStats]) -> Choice:
         """In a shared batch: the lookup whose whole draft is expected to emit the most, offered
@@ -276,7 +297,8 @@ class AutoDrafter(Drafter):
             if n_drafted == 0:
                 self.ledger.plain()
             elif verify_seconds > 0 and self.costs.step > 0:  # priced before this step corrects the costs
-                draft_steps = n_drafted * self.costs.draft_ratio if name == "draft" else 0.0
+                per_token = self.costs.draft_ratio if name == "draft" else self.costs.heads_ratios.get(name, 0.0)
+                draft_steps = n_drafted * per_token
                 self.ledger.record(self._prefix + n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
             corrections = self.costs.corrections
             # the batch: forced tokens before, its draft, forced tokens after (k = 0: a plain step)

@@ -1,0 +1,112 @@
+"""Training the EAGLE-style feature drafter (heads.eagle) on a target's rows, in numpy
+with hand-written gradients.
+
+An example is a row j with a next row j + 1 in the same document: the input is the
+feature at j (with a little noise, as EAGLE adds, so that the drafter's own guesses of
+later features do not throw it) and the token decoded at j + 1; the targets are the
+feature at j + 1 (smooth L1) and the target's greedy token there (cross-entropy through
+the lm_head on the reduced vocabulary, rows outside it teaching only the feature).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specli.heads.eagle import EagleHead
+from specli.heads.train import Acceptance, Rows, head_labels
+
+FEATURE_WEIGHT = 1.0  # the feature loss beside the token's
+NOISE = 0.1  # input features' noise, in units of their own standard deviation
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+PARAMS = ("fc", "c", "up", "down")
+
+
+def examples(rows: Rows) -> np.ndarray:
+    """Rows j that have a row j + 1 in the same document."""
+    if len(rows) < 2:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(rows.doc[1:] == rows.doc[:-1])
+
+
+@dataclass
+class EagleTrainer:
+    head: EagleHead
+    lr: float = 1e-3
+    batch: int = 256
+    seed: int = 0
+    t: int = 0
+    moments: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in PARAMS:
+            if name not in self.moments:
+                p = getattr(self.head, name)
+                self.moments[name] = (np.zeros_like(p), np.zeros_like(p))
+        self.rng = np.random.default_rng(self.seed)
+
+    def step(self, f: np.ndarray, nxt: np.ndarray, f_next: np.ndarray, label: np.ndarray) -> float:
+        """One Adam step on a batch: features f, the next token ids, the next features and
+        the target's token after them (reduced-vocabulary index, -1 outside); the loss."""
+        hd = self.head
+        f = f + self.rng.normal(0, NOISE * float(f.std()), f.shape).astype(np.float32)
+        x = np.concatenate([f, hd.embed(nxt)], axis=1)
+        out, z, pre = hd.forward(f, x[:, hd.n_embd:])
+        sig = 1.0 / (1.0 + np.exp(-pre))
+        act = pre * sig
+        diff = out - f_next
+        loss = FEATURE_WEIGHT * float(np.where(np.abs(diff) < 1, 0.5 * diff * diff, np.abs(diff) - 0.5).mean())
+        g = FEATURE_WEIGHT * np.clip(diff, -1, 1) / diff.size
+        keep = label >= 0
+        if keep.any():
+            logits = out[keep] @ hd.w.T
+            logits -= logits.max(axis=1, keepdims=True)
+            p = np.exp(logits)
+            p /= p.sum(axis=1, keepdims=True)
+            at = np.arange(int(keep.sum()))
+            loss += float(-np.log(p[at, label[keep]] + 1e-12).mean())
+            p[at, label[keep]] -= 1.0
+            g[keep] += (p / len(at)).astype(np.float32) @ hd.w
+        g = g.astype(np.float32)
+        g_pre = (g @ hd.down.T) * (sig * (1.0 + pre * (1.0 - sig)))
+        g_z = g + g_pre @ hd.up.T
+        self._adam({"down": act.T @ g, "up": z.T @ g_pre, "fc": x.T @ g_z, "c": g_z.sum(axis=0)})
+        return loss
+
+    def _adam(self, grads: dict[str, np.ndarray]) -> None:
+        self.t += 1
+        for name, grad in grads.items():
+            param, (m, v) = getattr(self.head, name), self.moments[name]
+            m *= BETA1
+            m += (1 - BETA1) * grad
+            v *= BETA2
+            v += (1 - BETA2) * grad * grad
+            param -= self.lr * (m / (1 - BETA1 ** self.t)) / (np.sqrt(v / (1 - BETA2 ** self.t)) + EPS)
+
+    def epoch(self, rows: Rows, index: np.ndarray, rng: np.random.Generator) -> Iterator[float]:
+        """One pass over the examples in `rows`, in a random order: each batch's loss."""
+        at = examples(rows)
+        order = at[rng.permutation(len(at))]
+        for start in range(0, len(order), self.batch):
+            j = np.sort(order[start:start + self.batch])
+            yield self.step(rows.hidden[j].astype(np.float32), rows.token[j + 1],
+                            rows.hidden[j + 1].astype(np.float32), index[rows.top[j + 1]])
+
+
+def evaluate_eagle(head: EagleHead, rows: Rows, k: int, limit: int = 2000) -> Acceptance:
+    """Held-out agreement along the rows, each chain drafted from the real feature at j and
+    the token decoded at j + 1, then from the drafter's own guesses: `chain[i]` is the
+    share of rows where drafted tokens 1..i + 1 all equal the target's (what a chain
+    keeps), `alone[i]` token i + 1 alone."""
+    valid = np.flatnonzero(head_labels(rows, k) >= 0)[:limit]  # the target's tokens k + 1 rows on exist
+    if not len(valid):
+        return Acceptance((0.0,) * k, (0.0,) * k, 0.0, 0)
+    agree = np.zeros((k, len(valid)), bool)
+    for n, j in enumerate(valid):
+        drafted = head.draft(rows.hidden[j].astype(np.float32), int(rows.token[j + 1]), k)
+        agree[:, n] = [drafted[i] == rows.top[j + 1 + i] for i in range(k)]
+    alone = tuple(float(a.mean()) for a in agree)
+    chain = tuple(float(np.logical_and.reduce(agree[: i + 1]).mean()) for i in range(k))
+    return Acceptance(alone, chain, float(np.isin(rows.top, head.vocab).mean()), len(valid))

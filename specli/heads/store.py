@@ -1,0 +1,134 @@
+"""Trained heads on disk, in the user cache, keyed to the target file they were trained on.
+
+    <heads dir>/<target file stem>-<fingerprint hash>/
+        medusa.npz     the Medusa heads (heads.weights.MedusaHeads's arrays)
+        eagle.npz      the EAGLE-style feature drafter (heads.eagle.EagleHead's)
+        recipe.json    the target (name, file, fingerprint), the recipe, the data, the
+                       held-out acceptance, when; written last, so a directory without it
+                       holds a training still under way (or stopped: `train` resumes it)
+        data/          the extracted rows (kept for resuming and for `eval`)
+        state.npz      the optimiser's state after the last finished epoch
+
+A head reads the target's hidden states: it serves only the file whose states it learnt
+(its fingerprint), never another model or another quantization of the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specli.errors import PairError, UsageError
+from specli.heads.eagle import EagleHead
+from specli.heads.weights import MedusaHeads
+
+HEADS_FILE = "medusa.npz"
+EAGLE_FILE = "eagle.npz"
+RECIPE_FILE = "recipe.json"
+
+
+class HeadsMismatch(PairError):
+    """Heads trained on one target asked to draft for another (exit code 5)."""
+
+
+def heads_root() -> Path:
+    """SPECLI_HEADS_DIR, else the user cache dir's specli/heads."""
+    if override := os.environ.get("SPECLI_HEADS_DIR"):
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specli" / "heads"
+
+
+def target_dir(file_name: str, fingerprint: str, root: Path | None = None) -> Path:
+    """Where heads for the model file `file_name` with `fingerprint` live."""
+    stem = Path(file_name).name.removesuffix(".gguf")
+    return (root or heads_root()) / f"{stem}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class HeadsEntry:
+    """One trained set of heads as `list` shows it."""
+
+    path: Path
+    recipe: dict[str, Any]
+
+    @property
+    def target(self) -> str:
+        return str(self.recipe.get("target", {}).get("name", "?"))
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.recipe.get("target", {}).get("fingerprint", ""))
+
+
+def save(folder: Path, heads: MedusaHeads, recipe: dict[str, Any], eagle: EagleHead | None = None) -> None:
+    """Write the heads, then their recipe (a file replaced whole: readers never see half)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_arrays(folder / HEADS_FILE, heads.arrays())
+    if eagle is not None:
+        save_arrays(folder / EAGLE_FILE, eagle.arrays())
+    tmp_json = folder / (RECIPE_FILE + ".tmp")
+    tmp_json.write_text(json.dumps(recipe, indent=2, sort_keys=True))
+    os.replace(tmp_json, folder / RECIPE_FILE)
+
+
+def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """An .npz written whole, then moved into place."""
+    tmp = path.with_name(path.name + ".tmp.npz")
+    with tmp.open("wb") as f:
+        np.savez(f, *[], **arrays)  # type: ignore[arg-type]  # numpy's stubs take **kwds as allow_pickle
+    os.replace(tmp, path)
+
+
+def read_recipe(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((folder / RECIPE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def entries(root: Path | None = None) -> list[HeadsEntry]:
+    """Every finished set of heads under the heads dir, by target name."""
+    base = root or heads_root()
+    found = []
+    for folder in sorted(base.glob("*")) if base.is_dir() else []:
+        recipe = read_recipe(folder)
+        if recipe is not None and (folder / HEADS_FILE).is_file():
+            found.append(HeadsEntry(folder, recipe))
+    return sorted(found, key=lambda e: (e.target, e.path.name))
+
+
+def load(folder: Path, fingerprint: str, target_name: str) -> MedusaHeads:
+    """The heads in `folder`, for the target with `fingerprint` only."""
+    recipe = read_recipe(folder)
+    if recipe is None or not (folder / HEADS_FILE).is_file():
+        raise UsageError(f"no trained heads in {folder}",
+                         f"train them first: specli heads train --target {target_name}")
+    theirs = recipe.get("target", {})
+    if theirs.get("fingerprint") != fingerprint:
+        raise HeadsMismatch(
+            f"the heads in {folder.name} were trained on {theirs.get('file', '?')}, not on {target_name}",
+            f"a head reads its own target's hidden states: train heads for this one (specli heads train "
+            f"--target {target_name})")
+    with np.load(folder / HEADS_FILE) as z:
+        return MedusaHeads.from_arrays({k: z[k] for k in z.files})
+
+
+def load_eagle(folder: Path, n_vocab: int) -> EagleHead | None:
+    """The feature drafter trained beside the heads in `folder` (checked by `load`), if any."""
+    if not (folder / EAGLE_FILE).is_file():
+        return None
+    with np.load(folder / EAGLE_FILE) as z:
+        return EagleHead.from_arrays({k: z[k] for k in z.files}, n_vocab)
+
+
+def remove(folder: Path) -> None:
+    shutil.rmtree(folder)

@@ -1,0 +1,178 @@
+"""Medusa heads end to end on the smallest model: trained for seconds on the target's
+own rows, saved, listed, refused by another target, drafting, and lossless (greedy equal
+to plain decoding; sampled: the target's own distribution)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import QWEN_DRAFT, SMOL, model_file
+from conftest import total_variation as tv
+from typer.testing import CliRunner
+
+from specli.backend import LoadOptions, Model
+from specli.cli import app
+from specli.drafters import LearnedDrafter
+from specli.engine import GenerationConfig, run
+from specli.engine.sampling import probs_from_logits
+from specli.heads import store
+from specli.heads.store import HeadsMismatch
+from specli.runtime import heads_training
+from specli.runtime.cache_files import fingerprint
+from specli.runtime.learned import LoadedHeads, load_heads
+from specli.types import SamplingParams
+
+RECIPE = heads_training.Recipe(n_heads=3, vocab=1024, rows=1500, epochs=3, max_new=120)
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Model]:
+    m = Model(model_file(SMOL), LoadOptions(n_ctx=2048))
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def trained(target: Model) -> heads_training.Trained:
+    seen: list[str] = []
+    out = heads_training.train(target, SMOL, RECIPE, [], lambda p: seen.append(p.phase))
+    assert seen[0] == "data" and "train" in seen and "eagle" in seen and seen[-1] == "done"
+    return out
+
+
+@pytest.fixture(scope="module")
+def loaded(trained: heads_training.Trained, target: Model) -> LoadedHeads:
+    return load_heads(target.path, SMOL, None, target.n_vocab)
+
+
+def learned(loaded: LoadedHeads, name: str, target: Model, sampling: SamplingParams = SamplingParams()
+            ) -> LearnedDrafter:
+    return loaded.drafter(name, target, sampling)
+
+
+def test_heads_are_saved_listed_and_keyed_to_their_target(trained: heads_training.Trained, target: Model) -> None:
+    recipe = trained.recipe
+    assert recipe["target"]["fingerprint"] == fingerprint(target.path)
+    assert recipe["data"]["rows"] >= RECIPE.rows and recipe["data"]["by_kind"]["generated"] > 0
+    assert [e.path for e in store.entries()] == [trained.folder]
+    got = load_heads(target.path, SMOL, None, target.n_vocab)
+    assert got.medusa.n_heads == 3 and len(got.medusa.vocab) == RECIPE.vocab and got.eagle is not None
+    assert got.priors == {"medusa": recipe["held_out"]["alone"][0], "eagle": recipe["eagle"]["held_out"]["alone"][0]}
+    assert set(got.seconds) == {"medusa", "eagle"} and all(v > 0 for v in got.seconds.values())
+    # trained: the first drafted token agrees with the target well above chance on held-out rows
+    assert recipe["held_out"]["alone"][0] > 0.1 and recipe["eagle"]["held_out"]["alone"][0] > 0.1
+    res = CliRunner().invoke(app, ["heads", "list"])
+    assert res.exit_code == 0 and SMOL[:12] in res.output
+
+
+def test_heads_refuse_another_target(trained: heads_training.Trained) -> None:
+    other = model_file(QWEN_DRAFT)
+    with pytest.raises(HeadsMismatch):
+        load_heads(other, QWEN_DRAFT, str(trained.folder))
+    res = CliRunner().invoke(app, ["generate", "--target", QWEN_DRAFT, "--drafter", "medusa", "--heads",
+                                   trained.folder.name, "--max-tokens", "4", "--no-history", "hi"])
+    assert res.exit_code == 5, res.output
+    assert "trained on" in res.output and "specli heads train" in res.output
+
+
+def test_medusa_without_heads_says_how_to_train_them(trained: heads_training.Trained) -> None:
+    res = CliRunner().invoke(app, ["generate", "--target", QWEN_DRAFT, "--drafter", "medusa", "--max-tokens", "4",
+                                   "--no-history", "hi"])
+    assert res.exit_code == 2, res.output
+    assert "no trained heads" in res.output and "specli heads train" in res.output
+
+
+def test_hidden_states_only_where_a_decode_computed_them(target: Model) -> None:
+    target.reset()
+    target.set_features(True)
+    try:
+        toks = target.tokenize("The quick brown fox jumps over the lazy dog", add_special=False)
+        target.decode(toks[:-2])  # a prefill asks no rows: no hidden states
+        assert target.hidden_at(len(toks) - 3) is None
+        target.decode(toks[-2:], [0, 1])
+        rows = target.hidden().copy()
+        assert np.array_equal(target.hidden_at(len(toks) - 1), rows[1])
+        assert target.hidden_at(len(toks)) is None
+    finally:
+        target.set_features(False)
+    assert target.hidden_at(len(toks) - 1) is None
+
+
+@pytest.mark.parametrize("name", ["medusa", "eagle"])
+def test_learned_drafters_draft_and_greedy_output_is_the_targets(name: str, loaded: LoadedHeads,
+                                                                  target: Model) -> None:
+    prompt = target.chat_tokens([{"role": "user", "content": "A bus carries 42 people and 17 get off. Then 9 "
+                                                              "get on. How many are on the bus? Explain."}])
+    cfg = GenerationConfig(max_tokens=64, draft_max=3)
+    target.reset()
+    plain = run(target, prompt, cfg)
+    target.set_features(True)
+    try:
+        target.reset()
+        spec = run(target, prompt, cfg, learned(loaded, name, target))
+    finally:
+        target.set_features(False)
+    assert spec.tokens == plain.tokens
+    assert spec.counters.n_drafted > 0 and spec.counters.n_accepted > 0
+
+
+@pytest.mark.parametrize("name", ["medusa", "eagle"])
+def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: LoadedHeads, target: Model) -> None:
+    """At temperature 0.8 the first two tokens follow p(t1) p(t2 | t1); t2 is drafted from
+    q (the first Medusa head's, which ignores t1; the feature drafter's given t1) and
+    accepted or replaced by rejection sampling. Accepting every drafted token would give
+    p(t1) q(t2 | t1): far enough away here for a wrong verifier to show."""
+    params = SamplingParams(temperature=0.8)
+    toks = target.tokenize("Once upon a time", add_special=False)
+    target.set_features(True)
+    try:
+        target.reset()
+        p1 = probs_from_logits(target.decode(toks, [len(toks) - 1])[0], params)
+        h = target.hidden_at(len(toks) - 1).astype(np.float32)
+        exact: dict[tuple[int, int], float] = {}
+        accept_all: dict[tuple[int, int], float] = {}
+        for t1 in np.flatnonzero(p1 > 1e-3):
+            target.rollback(len(toks))
+            p2 = probs_from_logits(target.decode([int(t1)], [0])[0], params)
+            for t2 in np.flatnonzero(p2 > 1e-3):
+                exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
+            q2 = first_q(loaded, name, h, int(t1), target.n_vocab, params)
+            for t2 in np.flatnonzero(q2 > 1e-3):
+                accept_all[(int(t1), int(t2))] = float(p1[t1] * q2[t2])
+        n, seen, drafted, accepted = 150, Counter[tuple[int, int]](), 0, 0
+        for seed in range(n):
+            sampling = SamplingParams(temperature=0.8, seed=seed)
+            cfg = GenerationConfig(max_tokens=3, draft_max=3, sampling=sampling)
+            target.reset()
+            res = run(target, toks, cfg, learned(loaded, name, target, sampling))
+            drafted += res.counters.n_drafted
+            accepted += res.counters.n_accepted
+            seen[(res.tokens[0], res.tokens[1])] += 1
+    finally:
+        target.set_features(False)
+    assert drafted >= n and 0 < accepted < drafted  # both the accept and the resample branch ran
+    bound = 0.2 + (1.0 - sum(exact.values()))  # as in test_engine's pair test: 150 draws, pairs cut at 1e-3
+    assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
+    observed = tv({k: v / n for k, v in seen.items()}, exact)
+    assert observed < bound, (observed, bound)
+
+
+def first_q(loaded: LoadedHeads, name: str, h: np.ndarray, t1: int, n_vocab: int,
+            params: SamplingParams) -> np.ndarray:
+    """The distribution the drafter draws the token after t1 from."""
+    row = np.full(n_vocab, -np.inf, np.float32)
+    if name == "medusa":
+        row[loaded.medusa.vocab] = loaded.medusa.chain_logits(h, 1)[0]
+    else:
+        assert loaded.eagle is not None
+        row[loaded.eagle.vocab] = loaded.eagle.chain_logits(h, t1, 1)[0]
+    return probs_from_logits(row, params)
+
+
+def test_heads_rm(trained: heads_training.Trained, tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["heads", "rm", "nothing-here"])
+    assert res.exit_code == 2 and "no heads folder" in res.output
