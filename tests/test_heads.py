@@ -143,7 +143,7 @@ def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: Load
             q2 = first_q(loaded, name, h, int(t1), target.n_vocab, params)
             for t2 in np.flatnonzero(q2 > 1e-3):
                 accept_all[(int(t1), int(t2))] = float(p1[t1] * q2[t2])
-        n, seen, drafted, accepted = 150, Counter[tuple[int, int]](), 0, 0
+        n, seen, drafted, accepted = 400, Counter[tuple[int, int]](), 0, 0
         for seed in range(n):
             sampling = SamplingParams(temperature=0.8, seed=seed)
             cfg = GenerationConfig(max_tokens=3, draft_max=3, sampling=sampling)
@@ -155,7 +155,10 @@ def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: Load
     finally:
         target.set_features(False)
     assert drafted >= n and 0 < accepted < drafted  # both the accept and the resample branch ran
-    bound = 0.2 + (1.0 - sum(exact.values()))  # as in test_engine's pair test: 150 draws, pairs cut at 1e-3
+    # ~20 outcomes, 400 draws: the empirical TV of multinomial draws from `exact` is ~0.04 on
+    # average and under 0.11 in 99.99 % of cases (test_engine's pair test: 0.07 and 0.19 at 120);
+    # pairs below the 1e-3 cut-off add their mass
+    bound = 0.12 + (1.0 - sum(exact.values()))
     assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
     observed = tv({k: v / n for k, v in seen.items()}, exact)
     assert observed < bound, (observed, bound)

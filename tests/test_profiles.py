@@ -83,7 +83,7 @@ def test_every_field_has_a_spec_and_its_default_is_valid() -> None:
         spec = SPECS[f.name]
         assert spec.doc, f.name
         assert spec.check(f.default) == f.default, f.name
-    assert DRAFTERS == ("draft", "ngram", "suffix", "hybrid", "auto", "none")
+    assert DRAFTERS == ("draft", "ngram", "suffix", "hybrid", "medusa", "eagle", "auto", "none")
 
 
 def test_describe_fields_and_settings_to_dict() -> None:
@@ -106,7 +106,7 @@ def test_describe_fields_and_settings_to_dict() -> None:
 def test_reload_keys_are_the_model_and_runtime_settings() -> None:
     assert {"target", "draft", "verify", "ctx", "n_batch", "threads", "n_gpu_layers",
                            "draft_n_gpu_layers", "main_gpu", "tensor_split", "flash_attn", "kv_type",
-                           "rpc", "draft_rpc", "rpc_timeout"} == RELOAD_KEYS
+                           "rpc", "draft_rpc", "rpc_timeout", "heads"} == RELOAD_KEYS
     assert not RELOAD_KEYS & {"drafter", "draft_max", "draft_p_min", "temperature", "max_tokens", "stop"}
 
 
@@ -349,7 +349,7 @@ def test_wrong_type(tmp_path: Path) -> None:
         "target: 5": "key 'target': expected a non-empty string, got 5 (int)",
         "target: null": "key 'target': expected a non-empty string, got null",
         "stop: [1, 2]": "key 'stop': expected a string or a list of strings",
-        "drafter: magic": "expected one of draft, ngram, suffix, hybrid, auto, none, got 'magic' (str)",
+        "drafter: magic": "expected one of draft, ngram, suffix, hybrid, medusa, eagle, auto, none, got 'magic' (str)",
         "kv_type: q5": "expected one of auto, f16, q8_0, q4_0, f32",
         "tensor_split: [0, 0]": "key 'tensor_split': expected a list of numbers >= 0",
         "tensor_split: {a: 1}": "key 'tensor_split'",

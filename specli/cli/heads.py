@@ -35,7 +35,9 @@ def heads_train(
     data: Annotated[list[Path] | None, typer.Option("--data", help="Text files to learn from too (after the "
                                                                     "history store's outputs).")] = None,
     rows: Annotated[int, typer.Option("--rows", min=200, help="Rows (token positions) to extract.")] = 40_000,
-    epochs: Annotated[int, typer.Option("--epochs", min=1, max=100)] = 4,
+    epochs: Annotated[int, typer.Option("--epochs", min=1, max=100, help="Epochs of the Medusa heads.")] = 4,
+    eagle_epochs: Annotated[int, typer.Option("--eagle-epochs", min=1, max=100,
+                                              help="Epochs of the EAGLE feature drafter.")] = 8,
     n_heads: Annotated[int, typer.Option("--heads", min=1, max=8, help="Heads (tokens a chain drafts).")] = 3,
     vocab: Annotated[int, typer.Option("--vocab", min=64, help="Reduced draft vocabulary size.")] = 8192,
     max_new: Annotated[int, typer.Option("--max-new", min=16, help="Tokens of each self-written answer.")] = 384,
@@ -48,7 +50,7 @@ def heads_train(
         if not f.is_file():
             raise UsageError(f"--data {f}: no such file", "name text files to learn from")
     name, path = _target(target)
-    recipe = heads_training.Recipe(n_heads, vocab, rows, epochs, max_new=max_new)
+    recipe = heads_training.Recipe(n_heads, vocab, rows, epochs, eagle_epochs=eagle_epochs, max_new=max_new)
     console = Console(stderr=True)
     model = heads_training.open_target(path, threads, recipe)
     try:

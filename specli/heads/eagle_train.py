@@ -38,6 +38,7 @@ class EagleTrainer:
     batch: int = 256
     seed: int = 0
     t: int = 0
+    unroll: int = 3  # steps deep each example is trained, on the drafter's own guesses after the first
     moments: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,8 +92,25 @@ class EagleTrainer:
         order = at[rng.permutation(len(at))]
         for start in range(0, len(order), self.batch):
             j = np.sort(order[start:start + self.batch])
-            yield self.step(rows.hidden[j].astype(np.float32), rows.token[j + 1],
-                            rows.hidden[j + 1].astype(np.float32), index[rows.top[j + 1]])
+            yield self.step(*self.unrolled(rows, j, index))
+
+    def unrolled(self, rows: Rows, j: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A batch's examples: from the real feature at each row j, then (`unroll` steps
+        deep) from the drafter's own guess of the next feature, as drafting feeds it: a
+        drafter trained on real features alone loses its way at the second token
+        (held-out 72 % at the first, 5 % at the second)."""
+        f = rows.hidden[j].astype(np.float32)
+        parts = [(f, rows.token[j + 1], rows.hidden[j + 1].astype(np.float32), index[rows.top[j + 1]])]
+        for step in range(1, self.unroll):
+            f = self.head.forward(f, self.head.embed(rows.token[j + step]))[0]  # the guess of f at j + step
+            ok = j + step + 1 < len(rows)
+            ok[ok] &= rows.doc[j[ok] + step + 1] == rows.doc[j[ok]]
+            j, f = j[ok], f[ok]
+            if not len(j):
+                break
+            parts.append((f, rows.token[j + step + 1], rows.hidden[j + step + 1].astype(np.float32),
+                          index[rows.top[j + step + 1]]))
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
 
 
 def evaluate_eagle(head: EagleHead, rows: Rows, k: int, limit: int = 2000) -> Acceptance:

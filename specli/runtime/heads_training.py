@@ -43,6 +43,7 @@ class Recipe:
     vocab: int = 8192  # reduced draft vocabulary
     rows: int = 40_000  # rows extracted (a tenth held out)
     epochs: int = 4
+    eagle_epochs: int = 8  # the feature drafter learns from its own guesses too: slower to settle
     lr: float = 1e-3
     batch: int = 256
     max_new: int = 384  # tokens of each answer the target writes itself
@@ -174,15 +175,15 @@ def _eagle_epochs(folder: Path, heads: MedusaHeads, rows: Rows, held: Rows, n_vo
             if np.array_equal(z["vocab"], heads.vocab) and z["up"].shape[1] == hidden:
                 head = EagleHead.from_arrays({k: z[k] for k in z.files}, n_vocab)
                 moments = {p: (z["m_" + p], z["v_" + p]) for p in EAGLE_PARAMS}
-                trainer, done = EagleTrainer(head, recipe.lr, recipe.batch, recipe.seed, int(z["t"]), moments), \
-                    int(z["epoch"])
+                trainer = EagleTrainer(head, recipe.lr, recipe.batch, recipe.seed, t=int(z["t"]), moments=moments)
+                done = int(z["epoch"])
     trainer = trainer or EagleTrainer(head, recipe.lr, recipe.batch, recipe.seed)
     index = vocab_index(heads.vocab, n_vocab)
     n_batches = -(-len(examples(rows)) // recipe.batch)
-    for epoch in range(done, recipe.epochs):
+    for epoch in range(done, recipe.eagle_epochs):
         rng = np.random.default_rng(recipe.seed + 100 + epoch)
         for b, loss in enumerate(trainer.epoch(rows, index, rng)):
-            report(Progress("eagle", epoch * n_batches + b + 1, recipe.epochs * n_batches, epoch + 1, loss))
+            report(Progress("eagle", epoch * n_batches + b + 1, recipe.eagle_epochs * n_batches, epoch + 1, loss))
         extra = {f"{m}_{p}": a for p, (mm, vv) in trainer.moments.items() for m, a in (("m", mm), ("v", vv))}
         store.save_arrays(state, {**head.arrays(), **extra, "t": np.array(trainer.t), "epoch": np.array(epoch + 1)})
     report(Progress("eval"))
