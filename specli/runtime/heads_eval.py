@@ -8,7 +8,6 @@ several. A chain of k pays when tau(k) > (verify batch + drafting) in plain step
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +17,10 @@ from specli.backend import LoadOptions, Model
 from specli.heads.eagle_train import evaluate_eagle
 from specli.heads.train import Acceptance, evaluate
 from specli.runtime import heads_data
-from specli.runtime.learned import heads_folder, load_heads
+from specli.runtime.learned import heads_folder, load_heads, median_seconds
 
 CONTEXT = 256  # tokens decoded before the steps are timed
 REPEATS = 9
-
-
-def _median_seconds(fn: Any, repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def step_costs(model: Model, context: list[int], k_max: int) -> tuple[float, list[float]]:
@@ -43,8 +33,8 @@ def step_costs(model: Model, context: list[int], k_max: int) -> tuple[float, lis
         model.decode(context[:n], range(n))
         model.rollback(base)
 
-    t1 = _median_seconds(lambda: batch(1))
-    return t1, [_median_seconds(lambda n=n: batch(n + 1)) / t1 for n in range(1, k_max + 1)]
+    t1 = median_seconds(lambda: batch(1), REPEATS)
+    return t1, [median_seconds(lambda n=n: batch(n + 1), REPEATS) / t1 for n in range(1, k_max + 1)]
 
 
 def evaluate_target(path: Path, name: str, threads: int | None) -> dict[str, Any]:
@@ -66,7 +56,7 @@ def evaluate_target(path: Path, name: str, threads: int | None) -> dict[str, Any
     by_k = []
     for drafter, acc, draft in kinds:
         for k in range(1, heads.n_heads + 1):
-            cost_steps = _median_seconds(lambda k=k, draft=draft: draft(k), 25) / t1
+            cost_steps = median_seconds(lambda k=k, draft=draft: draft(k), 25) / t1
             cost = ratios[k - 1] + cost_steps
             by_k.append({"drafter": drafter, "k": k, "tau": acc.tau(k), "alone": acc.alone[k - 1],
                          "draft_steps": cost_steps, "verify_steps": ratios[k - 1], "tau_needed": cost,

@@ -69,13 +69,14 @@ def load_heads(target_path: Path, target_name: str, named: str | None, n_vocab: 
         priors["eagle"] = float((recipe.get("eagle", {}).get("held_out", {}).get("alone") or [0.3])[0])
     limit_blas_threads(1)  # before timing: drafting runs beside llama.cpp's threads (heads.blas)
     h = np.zeros(medusa.n_embd, np.float32)
-    seconds = {"medusa": _median(lambda: medusa.draft(h, medusa.n_heads)) / medusa.n_heads}
+    seconds = {"medusa": median_seconds(lambda: medusa.draft(h, medusa.n_heads)) / medusa.n_heads}
     if eagle is not None:
-        seconds["eagle"] = _median(lambda: eagle.draft(h, int(eagle.vocab[0]), medusa.n_heads)) / medusa.n_heads
+        seconds["eagle"] = median_seconds(lambda: eagle.draft(h, int(eagle.vocab[0]), medusa.n_heads)) / medusa.n_heads
     return LoadedHeads(medusa, eagle, priors, seconds)
 
 
-def _median(fn: Any, repeats: int = 5) -> float:
+def median_seconds(fn: Any, repeats: int = 5) -> float:
+    """The median of `repeats` timed calls of fn."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
