@@ -164,6 +164,29 @@ def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: Load
     assert observed < bound, (observed, bound)
 
 
+def test_a_server_drafts_with_the_heads(trained: heads_training.Trained) -> None:
+    """`specli serve --drafter eagle`: answers bit-identical (exact verification) to the same
+    server's plain decoding, with tokens the feature drafter drafted and the target kept."""
+    import openai
+
+    from benchmarks.processes import running
+
+    questions = ["A farmer has 23 sheep and buys 14 more. How many now?", "Write two lines about the sea."]
+    with running(["--target", SMOL, "--draft", "none", "--drafter", "eagle", "--ctx", "2048", "--exact"]) as srv:
+        client = openai.OpenAI(base_url=srv.base + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def ask(q: str, **specli: object) -> object:
+            return client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": q}],
+                                                  temperature=0, max_tokens=48, extra_body={"specli": specli})
+
+        plain = [ask(q, drafter="none") for q in questions]
+        drafted = [ask(q) for q in questions]
+    for a, b in zip(plain, drafted):
+        assert b.choices[0].message.content == a.choices[0].message.content  # type: ignore[attr-defined]
+    figures = [b.model_extra["specli"] for b in drafted]  # type: ignore[attr-defined]
+    assert sum(f["accepted_by"].get("eagle", 0) for f in figures) > 0, figures
+
+
 def first_q(loaded: LoadedHeads, name: str, h: np.ndarray, t1: int, n_vocab: int,
             params: SamplingParams) -> np.ndarray:
     """The distribution the drafter draws the token after t1 from."""
