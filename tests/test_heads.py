@@ -124,9 +124,12 @@ def test_learned_drafters_draft_and_greedy_output_is_the_targets(name: str, load
 def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: LoadedHeads, target: Model) -> None:
     """At temperature 0.8 the first two tokens follow p(t1) p(t2 | t1); t2 is drafted from
     q (the first Medusa head's, which ignores t1; the feature drafter's given t1) and
-    accepted or replaced by rejection sampling. Accepting every drafted token would give
-    p(t1) q(t2 | t1): far enough away here for a wrong verifier to show."""
+    accepted or replaced by rejection sampling. Any q the drafts are really drawn from keeps
+    p; the drafter here draws at temperature 2, whatever its training made of it, so that
+    accepting every drafted token, p(t1) q(t2 | t1), is far enough away for a wrong verifier
+    to show."""
     params = SamplingParams(temperature=0.8)
+    flat = SamplingParams(temperature=2.0)
     toks = target.tokenize("Once upon a time", add_special=False)
     target.set_features(True)
     try:
@@ -140,7 +143,7 @@ def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: Load
             p2 = probs_from_logits(target.decode([int(t1)], [0])[0], params)
             for t2 in np.flatnonzero(p2 > 1e-3):
                 exact[(int(t1), int(t2))] = float(p1[t1] * p2[t2])
-            q2 = first_q(loaded, name, h, int(t1), target.n_vocab, params)
+            q2 = first_q(loaded, name, h, int(t1), target.n_vocab, flat)
             for t2 in np.flatnonzero(q2 > 1e-3):
                 accept_all[(int(t1), int(t2))] = float(p1[t1] * q2[t2])
         n, seen, drafted, accepted = 400, Counter[tuple[int, int]](), 0, 0
@@ -148,7 +151,7 @@ def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: Load
             sampling = SamplingParams(temperature=0.8, seed=seed)
             cfg = GenerationConfig(max_tokens=3, draft_max=3, sampling=sampling)
             target.reset()
-            res = run(target, toks, cfg, learned(loaded, name, target, sampling))
+            res = run(target, toks, cfg, learned(loaded, name, target, SamplingParams(temperature=2.0, seed=seed)))
             drafted += res.counters.n_drafted
             accepted += res.counters.n_accepted
             seen[(res.tokens[0], res.tokens[1])] += 1
@@ -157,8 +160,9 @@ def test_learned_sampling_keeps_the_targets_distribution(name: str, loaded: Load
     assert drafted >= n and 0 < accepted < drafted  # both the accept and the resample branch ran
     # ~20 outcomes, 400 draws: the empirical TV of multinomial draws from `exact` is ~0.04 on
     # average and under 0.11 in 99.99 % of cases (test_engine's pair test: 0.07 and 0.19 at 120);
-    # pairs below the 1e-3 cut-off add their mass
-    bound = 0.12 + (1.0 - sum(exact.values()))
+    # pairs below the 1e-3 cut-off add their mass (here 0.08; seen: 0.11 in all, accepting every
+    # draft 0.61-0.73)
+    bound = 0.15 + (1.0 - sum(exact.values()))
     assert tv(exact, accept_all) > 2 * bound, "this prompt cannot tell a wrong verifier apart"
     observed = tv({k: v / n for k, v in seen.items()}, exact)
     assert observed < bound, (observed, bound)
