@@ -159,3 +159,19 @@ def test_marks_follow_the_text_as_it_is_sent_held_back_or_split() -> None:
     assert [(t["text"], t["source"]) for t in second["tokens"]] == [("r", "ngram"), ("ld\u00e9", "target"),
                                                                      ("!", "target")]
     assert second["steps"] == [["none", 1, 0, 1]] and "prompt" not in second
+
+
+@pytest.mark.parametrize("drafter", ["medusa", "eagle"])
+def test_tokens_a_learned_drafter_drafted_are_marked_heads(drafter: str) -> None:
+    """The page styles one `heads` source for every learned drafter; the step keeps its name."""
+    from specli.engine.metrics import Counters
+    from specli.serve.sources import SourceMarks
+
+    texts = {1: "Two", 2: " plus", 3: " two"}
+    marks = SourceMarks(lambda ts: "".join(texts[t] for t in ts), lambda t: texts[t].encode(), None, 3)
+    marks.add(_step([1], 0, "prefill"))
+    marks.add(_step([2, 3], 1, drafter))
+    got = marks.take("Two plus two", Counters())
+    assert [(t["text"], t["source"]) for t in got["tokens"]] == [("Two", "target"), (" plus", "heads"),
+                                                                  (" two", "target")]
+    assert got["steps"] == [[drafter, 2, 1, 2]]

@@ -18,7 +18,7 @@ from specli.engine.text import StepEvent
 from specli.runtime.prompt_cache import CacheUse
 
 TARGET = "target"  # the source of a token the target wrote itself
-LEARNED = {"medusa": "heads"}  # the page marks every learned drafter's tokens alike
+LEARNED = {"medusa": "heads", "eagle": "heads"}  # the page marks every learned drafter's tokens alike
 
 
 @dataclass

@@ -7,7 +7,7 @@ import { SOURCE_NAMES } from "./render.js";
 const WINDOW_S = 300;
 const POLL_MS = 2000;
 const COLOURS = { none: "#8c959f", ngram: "#d4a72c", hybrid: "#2da44e", draft: "#218bff", prediction: "#a475f9",
-                  grammar: "#6e7781", suffix: "#fb8f44", heads: "#14b8a6", medusa: "#14b8a6" };
+                  grammar: "#6e7781", suffix: "#fb8f44", heads: "#14b8a6", medusa: "#14b8a6", eagle: "#14b8a6" };
 
 function chart(el, series, height = 120) {
   const style = getComputedStyle(document.documentElement);
