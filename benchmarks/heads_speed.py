@@ -26,7 +26,6 @@ from specli.drafters import EagleDrafter, MedusaDrafter
 from specli.engine import GenerationConfig, run
 from specli.heads import store
 from specli.heads.blas import limit_blas_threads
-from specli.heads.weights import MedusaHeads
 from specli.runtime.learned import heads_folder
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "spec_bench_question.jsonl"
@@ -51,8 +50,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     folder = heads_folder(registry.resolve(args.heads_from), None)
-    with np.load(folder / store.HEADS_FILE) as z:
-        medusa = MedusaHeads.from_arrays({k: z[k] for k in z.files})
+    medusa = store.read_heads(folder)
     m = Model(registry.resolve(args.target), LoadOptions(n_ctx=2048, n_threads=args.threads))
     eagle = store.load_eagle(folder, m.n_vocab)
     assert eagle is not None, f"no feature drafter in {folder}: train the heads again"

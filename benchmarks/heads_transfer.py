@@ -25,7 +25,6 @@ from specli.heads import store
 from specli.heads.eagle_train import evaluate_eagle
 from specli.heads.prompts import prompts
 from specli.heads.train import Rows, evaluate
-from specli.heads.weights import MedusaHeads
 from specli.runtime.heads_data import answer_rows
 from specli.runtime.learned import heads_folder
 
@@ -54,8 +53,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     folder = heads_folder(registry.resolve(args.trained), None)
-    with np.load(folder / store.HEADS_FILE) as z:
-        medusa = MedusaHeads.from_arrays({k: z[k] for k in z.files})
+    medusa = store.read_heads(folder)
     texts = list(itertools.islice(prompts(seed=12345), args.prompts))
     print(f"heads of {args.trained} ({folder.name}); {len(texts)} prompts, up to {args.max_new} tokens each")
     print("| rows from | rows | Medusa alone 1/2/3 | Medusa tau at 3 | EAGLE alone 1/2/3 | EAGLE tau at 3 | s |")

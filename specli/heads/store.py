@@ -118,6 +118,12 @@ def load(folder: Path, fingerprint: str, target_name: str) -> MedusaHeads:
             f"the heads in {folder.name} were trained on {theirs.get('file', '?')}, not on {target_name}",
             f"a head reads its own target's hidden states: train heads for this one (specli heads train "
             f"--target {target_name})")
+    return read_heads(folder)
+
+
+def read_heads(folder: Path) -> MedusaHeads:
+    """The Medusa heads in `folder`, unchecked (`load` checks the target first; benchmarks
+    that price one file's heads on another read them here)."""
     with np.load(folder / HEADS_FILE) as z:
         return MedusaHeads.from_arrays({k: z[k] for k in z.files})
 
