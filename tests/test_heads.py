@@ -4,6 +4,9 @@ to plain decoding; sampled: the target's own distribution)."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +20,13 @@ from typer.testing import CliRunner
 from specli.backend import LoadOptions, Model
 from specli.cli import app
 from specli.drafters import LearnedDrafter
-from specli.engine import GenerationConfig, run
+from specli.engine import GenerationConfig, generate, run
 from specli.engine.sampling import probs_from_logits
 from specli.heads import store
 from specli.heads.store import HeadsMismatch
 from specli.runtime import heads_training
 from specli.runtime.cache_files import fingerprint
+from specli.runtime.heads_online import OnlineHeads
 from specli.runtime.learned import LoadedHeads, load_heads
 from specli.types import SamplingParams
 
@@ -191,6 +195,38 @@ def test_a_server_drafts_with_the_heads(trained: heads_training.Trained) -> None
     assert sum(f["accepted_by"].get("eagle", 0) for f in figures) > 0, figures
 
 
+def test_a_server_learns_the_heads_online(trained: heads_training.Trained) -> None:
+    """`specli serve --heads-learn`: rows from what it serves, a round once enough are in and
+    it is idle, told in its log and /metrics; its answers stay its plain decoding's."""
+    import openai
+
+    from benchmarks.processes import http, running
+
+    args = ["--target", SMOL, "--draft", "none", "--drafter", "eagle", "--ctx", "2048", "--exact", "--heads-learn",
+            "--heads-learn-rows", "64"]
+    with running(args) as srv:
+        client = openai.OpenAI(base_url=srv.base + "/v1", api_key="x", max_retries=0, timeout=120)
+
+        def ask(q: str, **specli: object) -> str:
+            r = client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": q}],
+                                               temperature=0, max_tokens=48, extra_body={"specli": specli})
+            return str(r.choices[0].message.content)
+
+        plain = [ask(q, drafter="none") for q in ASKS]
+        for q in ASKS * 3:
+            ask(q)
+        end, text = time.monotonic() + 240, ""
+        while time.monotonic() < end and "heads_learn_rounds_total{" not in text:
+            time.sleep(1)
+            text = http("GET", srv.base + "/metrics", timeout=10)[2].decode()
+        after = [ask(q) for q in ASKS]
+    assert "heads_learn_rounds_total{" in text, srv.log
+    rows = re.search(r"^specli:heads_learn_rows_total (\d+)", text, re.M)
+    assert rows is not None and int(rows.group(1)) > 64 * 4
+    assert re.search(r"heads: round 1 on [\d,]+ served rows .*medusa tau .*eagle tau", srv.log), srv.log
+    assert after == plain
+
+
 def first_q(loaded: LoadedHeads, name: str, h: np.ndarray, t1: int, n_vocab: int,
             params: SamplingParams) -> np.ndarray:
     """The distribution the drafter draws the token after t1 from."""
@@ -206,3 +242,62 @@ def first_q(loaded: LoadedHeads, name: str, h: np.ndarray, t1: int, n_vocab: int
 def test_heads_rm(trained: heads_training.Trained, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["heads", "rm", "nothing-here"])
     assert res.exit_code == 2 and "no heads folder" in res.output
+
+
+def served_rows(online: OnlineHeads, target: Model, loaded: LoadedHeads, asks: list[str]) -> int:
+    """Answers written as a server writes them (features on, the feature drafter drafting),
+    watched by `online`; the tokens generated."""
+    n = 0
+    target.set_features(True)
+    try:
+        for q in asks:
+            prompt = target.chat_tokens([{"role": "user", "content": q}])
+            target.reset()
+            events = online.watch(target, prompt, generate(target, prompt, GenerationConfig(max_tokens=48, draft_max=3),
+                                                          learned(loaded, "eagle", target)))
+            n += sum(len(ev.tokens) for ev in events)
+    finally:
+        target.set_features(False)
+    return n
+
+
+ASKS = ["A shop sells 12 apples and 7 pears. How many fruits?", "Write a line about rain.",
+        "Explain what a list is in Python."]
+
+
+def test_online_learning_keeps_rows_and_adopts_only_better_weights(trained: heads_training.Trained,
+                                                                   target: Model, tmp_path: Path) -> None:
+    """serve --heads-learn's rows and rounds, on answers written by the real target: a row
+    per generated token (its hidden state at the right position: the heads' own lm_head reads
+    the target's token back from it), and trained weights replace the live ones (and are
+    saved) only when their held-out tau is higher: never when training changed nothing."""
+    folder = tmp_path / trained.folder.name
+    shutil.copytree(trained.folder, folder, ignore=shutil.ignore_patterns("data", "*state*"))
+    heads = load_heads(target.path, SMOL, str(folder), target.n_vocab)
+    still = OnlineHeads(heads, folder, target.n_vocab, every=64, lr=0.0)
+    generated = served_rows(still, target, heads, ASKS * 4)
+    assert generated - 12 <= still.rows_seen <= generated  # at most the prefill's row missing per answer
+    rows = still._train.rows()
+    in_vocab = np.isin(rows.top, heads.medusa.vocab)
+    read_back = heads.medusa.vocab[(rows.hidden[in_vocab].astype(np.float32) @ heads.medusa.w.T).argmax(axis=1)]
+    assert (read_back == rows.top[in_vocab]).mean() > 0.9
+    assert still.due()
+    a0, online0 = heads.medusa.a, (store.read_recipe(folder) or {}).get("online")
+    r = still.learn()
+    assert r is not None and len(r.verdicts) == 2
+    assert all(v.trained == v.live and not v.adopted for v in r.verdicts), r
+    assert heads.medusa.a is a0 and (store.read_recipe(folder) or {}).get("online") == online0
+    learning = OnlineHeads(heads, folder, target.n_vocab, every=64, lr=3e-3)
+    learning._train, learning._held = still._train, still._held  # the same answers: held-out ones were asked too
+    r = learning.learn()
+    assert r is not None
+    for v in r.verdicts:
+        assert v.adopted == (v.trained > v.live)
+    medusa = r.verdicts[0]
+    assert (heads.medusa.a is not a0) == medusa.adopted
+    saved = store.read_recipe(folder) or {}
+    if any(v.adopted for v in r.verdicts):
+        assert saved["online"]["rounds"][-1]["tau"]["medusa"]["adopted"] == medusa.adopted
+        again = load_heads(target.path, SMOL, str(folder), target.n_vocab)
+        assert np.array_equal(again.medusa.a, heads.medusa.a)
+    assert "round 1" in r.line() and ("adopted" in r.line() or "kept" in r.line())

@@ -8,13 +8,13 @@ import pytest
 
 from specli.engine.metrics import Counters
 from specli.serve.errors import ApiError
+from specli.serve.jobs import RequestRecord
 from specli.serve.outcome import Outcome
 from specli.serve.protocols.base import Ids
 from specli.serve.protocols.openai_completions.reply import chat_response, chunk, usage_chunk
 from specli.serve.protocols.openai_completions.request import parse_request
 from specli.serve.served import parse_body
 from specli.serve.stats import ServerMetrics
-from specli.serve.worker import RequestRecord
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -318,6 +318,12 @@ def serve(
              "conversation to the prompt cache (restored when its next turn comes): over the shared KV cache "
              "every step attends to all cells in use, so an idle 4k-token conversation slows another "
              "request's steps by a fifth.")] = True,
+    heads_learn: Annotated[bool, typer.Option(
+        help="Go on training the target's heads (specli heads train) on the answers served, while idle; "
+             "new weights replace the live ones only when they agree better with the target on held-out "
+             "answers, and are saved then.")] = False,
+    heads_learn_rows: Annotated[int, typer.Option(
+        help="New rows (tokens served) between rounds of --heads-learn.", min=16)] = 2048,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -335,7 +341,8 @@ def serve(
     slots = parallel or (1 if exact else serve_defaults.DEFAULT_PARALLEL)
     opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate,
                         None if cache_ram == 0 and not prompt_cache_disk else cache, slots,
-                        tuple(dict.fromkeys(alias or ())), strict_model, park_idle)
+                        tuple(dict.fromkeys(alias or ())), strict_model, park_idle,
+                        heads_learn_rows if heads_learn else 0)
     raise typer.Exit(run_serve(s, opts, err_console()))
 
 

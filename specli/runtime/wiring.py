@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,7 +40,8 @@ from specli.history import HistoryStore, SuffixIndex
 from specli.profiles import Settings, needs_draft_model, reads_history
 from specli.runtime import calibration, prompting
 from specli.runtime.calibration import CONTEXT_SIZES, Calibration
-from specli.runtime.learned import LEARNED_DRAFTERS, LoadedHeads, has_heads, load_heads
+from specli.runtime.heads_online import OnlineHeads, Round
+from specli.runtime.learned import LEARNED_DRAFTERS, LoadedHeads, has_heads, heads_folder, load_heads
 from specli.runtime.pair import check_pair
 from specli.types import Drafter
 
@@ -156,6 +157,16 @@ class Runtime:
                 if costs.step > 0:
                     costs.heads_ratios.setdefault(name, seconds / costs.step)
         return self._heads
+
+    def online_heads(self, every: int, on_round: Callable[[Round], None]) -> OnlineHeads:
+        """The heads loaded now (features on), with rounds of training on served answers every
+        `every` rows (serve --heads-learn); exit 2 where none were trained."""
+        s = self.settings
+        if s.heads is None and not has_heads(self.target.path):
+            raise UsageError(f"--heads-learn goes on training heads, and none were trained for {s.target}",
+                             f"train them first: specli heads train --target {s.target}")
+        heads = self._loaded_heads(s)
+        return OnlineHeads(heads, heads_folder(self.target.path, s.heads), self.target.n_vocab, every, on_round)
 
     def learned(self, s: Settings) -> Learned | None:
         """auto's acceptance so far under settings that draft alike (None: start afresh)."""

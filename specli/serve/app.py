@@ -79,7 +79,7 @@ async def prometheus(request: HttpRequest) -> Response:
     cache = worker.cache.stats if worker.cache is not None else None
     slots = worker.slots.stats if worker.slots is not None else None
     text = served.stats.prometheus(running=worker.n_running, waiting=worker.n_waiting, cache=cache,
-                                   slots=(worker.parallel, slots))
+                                   slots=(worker.parallel, slots), online=worker.online)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

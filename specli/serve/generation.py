@@ -17,11 +17,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from specli.serve import errors
+from specli.serve.jobs import Job
 from specli.serve.outcome import Outcome, Pushed
 from specli.serve.protocols.base import Ids, WireProtocol
 from specli.serve.rendering import request_tokens
 from specli.serve.served import Served, authorize, read_json, served_of
-from specli.serve.worker import Job, Worker
+from specli.serve.worker import Worker
 
 
 def routes(proto: WireProtocol) -> list[Route]:

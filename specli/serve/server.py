@@ -24,9 +24,10 @@ from specli.runtime import Runtime
 from specli.runtime.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
+from specli.serve.jobs import RequestRecord
 from specli.serve.stats import ServerMetrics
 from specli.serve.view import ServeDashboard, batch_split, log_line
-from specli.serve.worker import RequestRecord, Worker
+from specli.serve.worker import Worker
 
 EXIT_WAIT_S = 4.0  # after a signal: the longest wait for the running step before leaving anyway
 INSECURE_WARNING = (
@@ -51,6 +52,7 @@ class ServeOptions:
     aliases: tuple[str, ...] = ()  # --alias
     strict_model: bool = False
     park_idle: bool = True  # --park-idle
+    heads_learn: int = 0  # --heads-learn: new rows between rounds (0: off)
 
 
 def check_listen(host: str, port: int) -> None:
@@ -117,7 +119,8 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
                     cache=o.cache,
                     on_record=record,
                     on_progress=dash.progress if dash is not None else (lambda job, c: None),
-                    on_ready=ready, on_failed=failed, park_idle=o.park_idle,
+                    on_ready=ready, on_failed=failed, park_idle=o.park_idle, heads_learn=o.heads_learn,
+                    on_round=lambda r: console.print(r.line(), markup=False, highlight=False, soft_wrap=True),
                     on_stage=lambda text: console.print(f"specli serve: {text}", markup=False, highlight=False,
                                                        soft_wrap=True))
     app = create_app(worker, stats, AppConfig(model_id, aliases, listed=o.aliases, strict_model=o.strict_model,

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specli.engine import metrics
+from specli.runtime.heads_online import OnlineHeads
 from specli.runtime.prompt_cache import CacheStats
 from specli.runtime.slots import SlotStats
-from specli.serve.worker import RequestRecord
+from specli.serve.jobs import RequestRecord
 
 PREFIX = "specli:"  # vLLM's names under specli's own prefix (vLLM uses `vllm:`), so both can share a Prometheus
 
@@ -58,7 +59,7 @@ class ServerMetrics:
             self.request_s += r.total_s
 
     def prometheus(self, running: int, waiting: int, cache: CacheStats | None = None,
-                   slots: tuple[int, SlotStats | None] = (1, None)) -> str:
+                   slots: tuple[int, SlotStats | None] = (1, None), online: OnlineHeads | None = None) -> str:
         """Prometheus text exposition format 0.0.4."""
         lines: list[str] = []
 
@@ -102,6 +103,8 @@ class ServerMetrics:
             _slot_metrics(metric, rounds, n_slots)
         if cache is not None:
             _cache_metrics(metric, cache)
+        if online is not None:
+            _online_metrics(metric, online)
         return "\n".join(lines) + "\n"
 
 
@@ -133,6 +136,23 @@ def _cache_metrics(metric: Callable[[str, str, str, list[tuple[str, float]]], No
            [('{where="ram"}', c.ram_bytes), ('{where="disk"}', c.disk_bytes)])
     metric("prompt_cache_capacity_bytes", "gauge", "The caps: --cache-ram and --cache-disk.",
            [('{where="ram"}', c.ram_cap), ('{where="disk"}', c.disk_cap)])
+
+
+def _online_metrics(metric: Callable[[str, str, str, list[tuple[str, float]]], None], o: OnlineHeads) -> None:
+    rounds = list(o.rounds)
+    metric("heads_learn_rows_total", "counter", "Rows of served answers kept for --heads-learn.", [("", o.rows_seen)])
+    results: dict[tuple[str, str], int] = {}
+    for r in rounds:
+        for v in r.verdicts:
+            key = (v.drafter, "adopted" if v.adopted else "kept")
+            results[key] = results.get(key, 0) + 1
+    metric("heads_learn_rounds_total", "counter", "Rounds of --heads-learn, by drafter and whether the trained "
+           "weights replaced the live ones.", [(f'{{drafter="{d}",result="{r}"}}', n) for (d, r), n in
+                                               sorted(results.items())] or [("", 0)])
+    last = rounds[-1].verdicts if rounds else ()
+    metric("heads_learn_tau", "gauge", "The last round's held-out tau, live and trained weights.",
+           [(f'{{drafter="{v.drafter}",weights="{w}"}}', t) for v in last for w, t in
+            (("live", v.live), ("trained", v.trained))] or [("", 0)])
 
 
 def _num(v: float) -> str:

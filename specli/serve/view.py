@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from specli.engine import metrics
-from specli.serve.worker import Job, RequestRecord
+from specli.serve.jobs import Job, RequestRecord
 
 ROWS = 15  # the last requests kept in the live table: what fits a terminal beside the caption
 

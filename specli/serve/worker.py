@@ -17,20 +17,22 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from specli.engine import generate, metrics
 from specli.engine.adjust import Adjust
-from specli.engine.grammar import Constraint, Grammar, tokenizer_for
+from specli.engine.grammar import Constraint, tokenizer_for
 from specli.errors import SpecliError
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime
 from specli.runtime.fim import EDITOR_STOPS, EditorText
+from specli.runtime.heads_online import OnlineHeads, Round
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors
 from specli.serve.errors import invalid
+from specli.serve.jobs import Job, RequestRecord, SlotView
 from specli.serve.outcome import Delta, Outcome, Pushed, finish_of, token_logprobs
 from specli.serve.rendering import answer_grammar
 from specli.serve.request import Request
@@ -46,49 +48,6 @@ ARRIVING_WAIT_S = 0.1
 PARKING = "parking"  # an idle slot's job while its conversation moves to the prompt cache
 
 
-@dataclass
-class Job:
-    """One request on its way through the queue."""
-
-    id: str
-    request: Request
-    prompt: list[int]
-    settings: Settings
-    max_tokens: int
-    push: Callable[[Pushed], None]  # thread-safe, to the request's reader
-    t_arrival: float = field(default_factory=time.perf_counter)
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    t_start: float | None = None
-    grammar: Grammar | None = None  # the answer's: response_format or the tool calls'
-
-
-@dataclass(frozen=True)
-class SlotView:
-    """One slot as /slots shows it: its cached tokens, and the job it serves if any."""
-
-    index: int
-    n_cached: int
-    job_id: str | None = None
-    n_prompt: int = 0
-    endpoint: str = ""
-
-
-@dataclass
-class RequestRecord:
-    """One finished job, for the log line, the dashboard and /metrics."""
-
-    id: str
-    endpoint: str
-    status: int
-    counters: metrics.Counters
-    finish: str
-    queue_s: float
-    total_s: float
-    error: str = ""
-    cache: CacheUse | None = None  # what the prompt cache did for it
-    notes: tuple[str, ...] = ()  # the response's specli.notes
-
-
 class Worker:
     """The generation thread and its queue. `on_record` hears every job that ends,
     `on_ready` once the pair is loaded and warm, `on_failed` if loading fails."""
@@ -99,7 +58,8 @@ class Worker:
                  on_progress: Callable[[Job, metrics.Counters], None] = lambda j, c: None,
                  on_ready: Callable[[Runtime], None] = lambda rt: None,
                  on_failed: Callable[[BaseException], None] = lambda e: None,
-                 on_stage: Callable[[str], None] = lambda text: None, park_idle: bool = True) -> None:
+                 on_stage: Callable[[str], None] = lambda text: None, park_idle: bool = True,
+                 heads_learn: int = 0, on_round: Callable[[Round], None] = lambda r: None) -> None:
         self.settings = settings
         self.queue_max = queue_max
         self.recalibrate = recalibrate
@@ -110,6 +70,8 @@ class Worker:
         self.on_record, self.on_progress = on_record, on_progress
         self.on_ready, self.on_failed, self.on_stage = on_ready, on_failed, on_stage
         self.park_idle = park_idle  # idle conversations leave the KV cache for a request that does not go on with them
+        self.heads_learn, self.on_round = heads_learn, on_round  # rows of served answers a round of heads training
+        self.online: OnlineHeads | None = None
         self.state: State = "loading"
         self.error: BaseException | None = None
         self.rt: Runtime | None = None
@@ -242,6 +204,8 @@ class Worker:
             self._warm_up(self.rt)
             if self.cache_options is not None:
                 self.cache = open_prompt_cache(self.rt.target, self.rt.draft, self.cache_options)
+            if self.heads_learn:  # before the slots: they share the heads it trains
+                self.online = self.rt.online_heads(self.heads_learn, self.on_round)
             self.slots = Slots(self.rt, self.parallel, self.cache)
             self.slots.rounds.backlog = lambda: len(self._waiting)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
@@ -259,12 +223,17 @@ class Worker:
             self.on_ready(self.rt)
         threads = [threading.Thread(target=self._slot_main, args=(slot,), name=f"specli-slot-{slot.index}",
                                     daemon=True) for slot in self.slots.slots]
+        if self.online is not None:
+            busy = lambda: bool(self.n_running or self._waiting or self._arriving)  # noqa: E731
+            threading.Thread(target=self.online.run, args=(busy,), name="specli-heads-learn", daemon=True).start()
         try:
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
         finally:
+            if self.online is not None:
+                self.online.stopped.set()
             if self.cache is not None:
                 self.writing_cache = True
                 with contextlib.suppress(Exception):  # a full disk loses the cache, not the models' close
@@ -396,6 +365,8 @@ class Worker:
         send: Callable[[Pushed], None] = job.push if job.request.stream else (lambda item: None)
         editor = EditorText(o.editor, time.perf_counter()) if o.editor.any else None
         events = generate(rt.target, job.prompt, config, drafter, constraint=constraint)
+        if self.online is not None:
+            events = self.online.watch(rt.target, job.prompt, events)
         marks = (SourceMarks(rt.target.stream_detokenizer().push, rt.target.vocab.piece, use, len(job.prompt))
                  if o.sources and job.request.stream and calls is None and editor is None else None)
         try:
