@@ -288,16 +288,15 @@ def test_online_learning_keeps_rows_and_adopts_only_better_weights(trained: head
     assert all(v.trained == v.live and not v.adopted for v in r.verdicts), r
     assert heads.medusa.a is a0 and (store.read_recipe(folder) or {}).get("online") == online0
     learning = OnlineHeads(heads, folder, target.n_vocab, every=64, lr=3e-3)
-    learning._train, learning._held = still._train, still._held  # the same answers: held-out ones were asked too
+    learning._train, learning._held = still._train, still._held  # the held-out questions were asked again
     r = learning.learn()
     assert r is not None
-    for v in r.verdicts:
-        assert v.adopted == (v.trained > v.live)
-    medusa = r.verdicts[0]
-    assert (heads.medusa.a is not a0) == medusa.adopted
-    saved = store.read_recipe(folder) or {}
-    if any(v.adopted for v in r.verdicts):
-        assert saved["online"]["rounds"][-1]["tau"]["medusa"]["adopted"] == medusa.adopted
-        again = load_heads(target.path, SMOL, str(folder), target.n_vocab)
-        assert np.array_equal(again.medusa.a, heads.medusa.a)
+    for v in r.verdicts:  # answers learned from were held out too: training raises tau (seen: 1.29 -> 2.28)
+        assert v.adopted and v.trained > v.live, r
+    assert heads.medusa.a is not a0
+    saved = (store.read_recipe(folder) or {})["online"]["rounds"][-1]
+    assert saved["tau"]["medusa"] == {"live": r.verdicts[0].live, "trained": r.verdicts[0].trained, "adopted": True}
+    again = load_heads(target.path, SMOL, str(folder), target.n_vocab)
+    assert np.array_equal(again.medusa.a, heads.medusa.a) and again.eagle is not None and heads.eagle is not None
+    assert np.array_equal(again.eagle.fc, heads.eagle.fc)
     assert "round 1" in r.line() and ("adopted" in r.line() or "kept" in r.line())
