@@ -103,10 +103,12 @@ class OnlineHeads:
     """Rows from served answers, and rounds of training on them while the server is idle."""
 
     def __init__(self, heads: LoadedHeads, folder: Path, n_vocab: int, every: int,
-                 on_round: Callable[[Round], None] = lambda r: None, lr: float = LR) -> None:
-        """`every`: new rows between rounds; `folder`: where adopted weights are saved."""
+                 on_round: Callable[[Round], None] = lambda r: None, lr: float = LR,
+                 on_error: Callable[[str], None] = lambda text: None) -> None:
+        """`every`: new rows between rounds; `folder`: where adopted weights are saved;
+        `on_error` hears why learning stopped, if it fails (serving goes on)."""
         self.heads, self.folder, self.n_vocab, self.every = heads, folder, n_vocab, every
-        self.on_round, self.lr = on_round, lr
+        self.on_round, self.lr, self.on_error = on_round, lr, on_error
         self._train, self._held = _Docs(MAX_ROWS), _Docs(MAX_ROWS // HELD_OUT_EVERY)
         self._lock = threading.Lock()
         self.n_docs = self.rows_seen = self.new_rows = 0
@@ -172,7 +174,11 @@ class OnlineHeads:
             if busy():
                 quiet_since = time.monotonic()
             elif self.due() and time.monotonic() - quiet_since >= IDLE_S:
-                self.learn(lambda: self._wait_idle(busy))
+                try:
+                    self.learn(lambda: self._wait_idle(busy))
+                except Exception as e:  # noqa: BLE001 - learning stops, serving goes on, and the log says so
+                    self.on_error(f"heads: --heads-learn stopped, the live weights stay: {type(e).__name__}: {e}")
+                    return
 
     def _wait_idle(self, busy: Callable[[], bool]) -> bool:
         """Block while a request runs; False once stopped."""

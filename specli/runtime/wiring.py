@@ -158,7 +158,8 @@ class Runtime:
                     costs.heads_ratios.setdefault(name, seconds / costs.step)
         return self._heads
 
-    def online_heads(self, every: int, on_round: Callable[[Round], None]) -> OnlineHeads:
+    def online_heads(self, every: int, on_round: Callable[[Round], None],
+                     on_error: Callable[[str], None]) -> OnlineHeads:
         """The heads loaded now (features on), with rounds of training on served answers every
         `every` rows (serve --heads-learn); exit 2 where none were trained."""
         s = self.settings
@@ -166,7 +167,8 @@ class Runtime:
             raise UsageError(f"--heads-learn goes on training heads, and none were trained for {s.target}",
                              f"train them first: specli heads train --target {s.target}")
         heads = self._loaded_heads(s)
-        return OnlineHeads(heads, heads_folder(self.target.path, s.heads), self.target.n_vocab, every, on_round)
+        return OnlineHeads(heads, heads_folder(self.target.path, s.heads), self.target.n_vocab, every, on_round,
+                           on_error=on_error)
 
     def learned(self, s: Settings) -> Learned | None:
         """auto's acceptance so far under settings that draft alike (None: start afresh)."""

@@ -205,7 +205,7 @@ class Worker:
             if self.cache_options is not None:
                 self.cache = open_prompt_cache(self.rt.target, self.rt.draft, self.cache_options)
             if self.heads_learn:  # before the slots: they share the heads it trains
-                self.online = self.rt.online_heads(self.heads_learn, self.on_round)
+                self.online = self.rt.online_heads(self.heads_learn, self.on_round, self.on_stage)
             self.slots = Slots(self.rt, self.parallel, self.cache)
             self.slots.rounds.backlog = lambda: len(self._waiting)
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
