@@ -15,13 +15,13 @@ plain decoding's.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from specli import registry
 from specli.backend import LoadOptions, Model
+from specli.bench.prompts import load_prompt_file, select_prompts
 from specli.drafters import EagleDrafter, MedusaDrafter
 from specli.engine import GenerationConfig, run
 from specli.heads import store
@@ -32,12 +32,8 @@ BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "spec_bench_q
 
 
 def questions(categories: list[str], limit: int) -> list[str]:
-    out: dict[str, list[str]] = {c: [] for c in categories}
-    for line in BENCH.read_text().splitlines():
-        q = json.loads(line)
-        if q["category"] in out and len(out[q["category"]]) < limit:
-            out[q["category"]].append(q["turns"][0])
-    return [t for c in categories for t in out[c]]
+    """The first turns of `limit` Spec-Bench questions of each category."""
+    return [p.turns[0] for p in select_prompts(load_prompt_file(BENCH), categories, limit)]
 
 
 def main() -> int:

@@ -23,15 +23,16 @@ import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from specli.drafters.learned import Features
 from specli.engine.text import StepEvent
 from specli.heads import store
 from specli.heads.eagle import EagleHead
 from specli.heads.eagle_train import EagleTrainer, evaluate_eagle
-from specli.heads.train import Acceptance, Adam, Rows, Trainer, evaluate
+from specli.heads.train import Adam, Rows, Trainer, evaluate
 from specli.heads.weights import MedusaHeads, vocab_index
 from specli.runtime.learned import LoadedHeads
 
@@ -43,10 +44,6 @@ LR = 3e-4  # fine-tuning trained weights: a third of training's rate
 BATCH = 256
 IDLE_S = 1.0  # a round starts once no request has run for this long
 CHECK_S = 0.25
-
-
-class Features(Protocol):
-    def hidden_at(self, pos: int) -> np.ndarray | None: ...
 
 
 @dataclass(frozen=True)
@@ -207,8 +204,8 @@ class OnlineHeads:
             if not _epochs(lambda: e_trainer.epoch(train, index, rng), go_on):
                 return None
             assert self.heads.eagle is not None
-            verdicts.append(Verdict("eagle", _tau(evaluate_eagle(self.heads.eagle, held, k), k),
-                                    _tau(evaluate_eagle(eagle, held, k), k)))
+            verdicts.append(Verdict("eagle", evaluate_eagle(self.heads.eagle, held, k).tau(k),
+                                    evaluate_eagle(eagle, held, k).tau(k)))
         self._adopt(verdicts, medusa, eagle)
         done = Round(len(self.rounds) + 1, len(train), len(held), tuple(verdicts), time.perf_counter() - t0)
         if any(v.adopted for v in verdicts):
@@ -246,10 +243,6 @@ def _epochs(epoch: Callable[[], Iterator[float]], go_on: Callable[[], bool]) -> 
             if not go_on():
                 return False
     return True
-
-
-def _tau(a: Acceptance, k: int) -> float:
-    return a.tau(k) if a.rows else 1.0
 
 
 def _medusa_copy(h: MedusaHeads) -> MedusaHeads:
