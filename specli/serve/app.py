@@ -4,7 +4,10 @@ that answer in the shape of the protocol a path belongs to. What the routes shar
 worker, the counters, the configuration) rides on the app as `app.state.served`.
 
 A new protocol: a package under serve/protocols/ declaring its `WireProtocol`, and one
-line in `_routes`."""
+line in `_routes`.
+
+Around the routes, `security.SecurityMiddleware` refuses foreign Hosts and Origins and
+bodies that are not JSON, and answers CORS preflights, with `config.security`."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -21,6 +25,7 @@ from specli.serve import errors, generation, web
 from specli.serve.errors import ApiError
 from specli.serve.protocols import anthropic_messages, llama_server, openai_completions, openai_responses
 from specli.serve.protocols.base import ErrorReply
+from specli.serve.security import SecurityMiddleware
 from specli.serve.served import AppConfig, Served, authorize, served_of
 from specli.serve.stats import ServerMetrics
 from specli.serve.worker import Worker
@@ -31,7 +36,9 @@ __all__ = ["AppConfig", "create_app"]
 def create_app(worker: Worker, stats: ServerMetrics, config: AppConfig) -> Starlette:
     cache = worker.cache_options
     folder = (cache.dir or default_dir()) / "responses" if cache is not None and cache.disk else None
-    app = Starlette(routes=_routes(openai_responses.ResponseStore(folder)), exception_handlers=EXCEPTION_HANDLERS)
+    routes = _routes(openai_responses.ResponseStore(folder))
+    guard = Middleware(SecurityMiddleware, policy=config.security, routes=routes, refuse=error_response)
+    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, middleware=[guard])
     names = frozenset({config.model_id, *config.aliases, *config.listed})
     app.state.served = Served(worker, stats, config, names)
     return app
@@ -86,9 +93,9 @@ async def prometheus(request: HttpRequest) -> Response:
 # -- errors -------------------------------------------------------------------------
 
 
-def error_response(e: ApiError, path: str = "") -> JSONResponse:
+def error_response(e: ApiError, path: str = "", headers: dict[str, str] | None = None) -> JSONResponse:
     reply = error_shape(path)(e)
-    return JSONResponse(reply.body, status_code=reply.status, headers=reply.headers)
+    return JSONResponse(reply.body, status_code=reply.status, headers={**(reply.headers or {}), **(headers or {})})
 
 
 def error_shape(path: str) -> Callable[[ApiError], ErrorReply]:
@@ -104,9 +111,10 @@ async def on_api_error(request: HttpRequest, exc: Exception) -> Response:
 
 
 async def on_http_error(request: HttpRequest, exc: Exception) -> Response:
-    """The router's 404 and 405 in the API's shape."""
+    """The router's 404 and 405 (with its Allow header) in the API's shape."""
     assert isinstance(exc, HTTPException)
-    return error_response(errors.routing(exc.status_code, request.method, request.url.path), request.url.path)
+    path = request.url.path
+    return error_response(errors.routing(exc.status_code, request.method, path), path, dict(exc.headers or {}))
 
 
 async def on_error(request: HttpRequest, exc: Exception) -> Response:

@@ -22,9 +22,11 @@ class ErrorType:
 
 INVALID_REQUEST = ErrorType(400, "invalid_request_error")
 AUTHENTICATION = ErrorType(401, "authentication_error")
+FORBIDDEN = ErrorType(403, "permission_error")  # a Host or Origin this server does not serve
 NOT_FOUND = ErrorType(404, "not_found_error")
 NOT_ALLOWED = ErrorType(405, "invalid_request_error")
 TOO_LARGE = ErrorType(413, "invalid_request_error")
+UNSUPPORTED_MEDIA = ErrorType(415, "invalid_request_error")
 CLIENT_GONE = ErrorType(499, "server_error")  # nginx's "client closed request": seen only in the log and /metrics
 SERVER = ErrorType(500, "server_error")
 UNAVAILABLE = ErrorType(503, "unavailable_error")
@@ -78,7 +80,7 @@ def prompt_too_long(n_prompt: int, n_ctx: int, param: str) -> ApiError:
                             f"(shorten {param}, or start the server with a larger --ctx)", param)
 
 
-# -- 401, 404, 405, 413, 499 ------------------------------------------------------------------
+# -- 401, 403, 404, 405, 413, 415, 499 ---------------------------------------------------------
 
 
 def no_api_key() -> ApiError:
@@ -88,6 +90,29 @@ def no_api_key() -> ApiError:
 
 def wrong_api_key() -> ApiError:
     return ApiError(AUTHENTICATION, "incorrect API key", None, "invalid_api_key")
+
+
+def foreign_host(host: str, names: list[str]) -> ApiError:
+    """A Host header that is none of the server's names: a page on a rebound domain."""
+    return ApiError(FORBIDDEN, f"the Host {host!r} is not a name of this server ({', '.join(names)}): a web page on "
+                               f"another domain may be rebinding it to this address. If you reach the server by this "
+                               f"name, start it with --allowed-hosts {host}", None, "host_not_allowed")
+
+
+def foreign_origin(origin: str) -> ApiError:
+    """A browser request from a page of another origin that --cors-origins does not allow."""
+    return ApiError(FORBIDDEN, f"requests from web pages of the origin {origin!r} are not allowed here; start the "
+                               f"server with --cors-origins {origin} to allow them (or --cors-origins localhost for "
+                               "every local page)", None, "origin_not_allowed")
+
+
+def not_json(given: str | None) -> ApiError:
+    """A body that is not declared JSON: a form or a text/plain fetch, which browsers send
+    from any page without asking the server first."""
+    what = f"Content-Type {given!r}" if given else "no Content-Type"
+    return ApiError(UNSUPPORTED_MEDIA, f"the request has {what}; send the JSON body with the header Content-Type: "
+                                       "application/json (curl: -H 'Content-Type: application/json')", None,
+                    "unsupported_media_type")
 
 
 def unknown_model(model: str, served: str) -> ApiError:

@@ -15,6 +15,7 @@ from starlette.requests import Request as HttpRequest
 
 from specli.serve import DEFAULT_MAX_BODY_MIB, errors
 from specli.serve.errors import invalid, kind_of
+from specli.serve.security import Policy
 from specli.serve.stats import ServerMetrics
 from specli.serve.worker import Worker
 
@@ -33,6 +34,7 @@ class AppConfig:
     max_body: int = int(DEFAULT_MAX_BODY_MIB * 2**20)
     created: int = field(default_factory=lambda: int(time.time()))
     fingerprint: str = "specli"
+    security: Policy = field(default_factory=Policy)  # Host, Origin and CORS (serve/security.py)
 
 
 @dataclass(frozen=True)

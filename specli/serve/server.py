@@ -1,4 +1,4 @@
-"""`specli serve`: checks, the security warning, uvicorn in the main thread (so that
+"""`specli serve`: checks, the network warning (serve/security.py), uvicorn in the main thread (so that
 signals reach it), the generation thread beside it, and a clean end: SIGTERM or Ctrl-C
 stop accepting, end the running generation at its next step, save the history store
 and leave with 143 or 130."""
@@ -19,22 +19,17 @@ from rich.console import Console
 
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, UsageError
 from specli.profiles import Settings
-from specli.rpc_endpoints import is_local
 from specli.runtime import Runtime
 from specli.runtime.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
 from specli.serve.jobs import RequestRecord
+from specli.serve.security import exposure_warning, policy
 from specli.serve.stats import ServerMetrics
 from specli.serve.view import ServeDashboard, batch_split, log_line
 from specli.serve.worker import Worker
 
 EXIT_WAIT_S = 4.0  # after a signal: the longest wait for the running step before leaving anyway
-INSECURE_WARNING = (
-    "WARNING: serving on {host}:{port} without an API key and without TLS: anyone who can reach this "
-    "address can use the model and read what it generates. Set --api-key (or SPECLI_API_KEY), and put a "
-    "TLS proxy in front of it beyond a trusted network, or bind to 127.0.0.1."
-)
 
 
 @dataclass(frozen=True)
@@ -53,6 +48,11 @@ class ServeOptions:
     strict_model: bool = False
     park_idle: bool = True  # --park-idle
     heads_learn: int = 0  # --heads-learn: new rows between rounds (0: off)
+    allowed_hosts: tuple[str, ...] = ()  # --allowed-hosts: Host names served besides the local ones
+    cors_origins: str | None = None  # --cors-origins LIST|localhost|* (None: the page's own origin only)
+    cors_methods: str | None = None
+    cors_headers: str | None = None
+    cors_credentials: bool = False
 
 
 def check_listen(host: str, port: int) -> None:
@@ -78,9 +78,10 @@ def model_names(target: str) -> tuple[str, frozenset[str]]:
 
 def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
     """Serve until SIGTERM or Ctrl-C; returns the exit code (loading errors raise)."""
+    guard = policy(o.host, o.allowed_hosts, o.cors_origins, o.cors_methods, o.cors_headers, o.cors_credentials)
     check_listen(o.host, o.port)
-    if not is_local(o.host) and not o.api_key:
-        console.print(INSECURE_WARNING.format(host=o.host, port=o.port), style="bold red", markup=False)
+    if (warning := exposure_warning(o.host, o.port, guard, bool(o.api_key))) is not None:
+        console.print(warning, style="bold red", markup=False)
     stats = ServerMetrics()
     worker: Worker | None = None
 
@@ -124,7 +125,7 @@ def run_serve(s: Settings, o: ServeOptions, console: Console) -> int:
                     on_stage=lambda text: console.print(f"specli serve: {text}", markup=False, highlight=False,
                                                        soft_wrap=True))
     app = create_app(worker, stats, AppConfig(model_id, aliases, listed=o.aliases, strict_model=o.strict_model,
-                                              api_key=o.api_key, max_body=o.max_body))
+                                              api_key=o.api_key, max_body=o.max_body, security=guard))
     config = uvicorn.Config(app, host=o.host, port=o.port, log_level="error", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=2, timeout_keep_alive=5, server_header=False)
     server = _Server(config, on_signal=lambda sig: worker.stop())

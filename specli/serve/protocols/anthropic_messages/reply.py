@@ -23,7 +23,7 @@ from specli.serve.tools import ToolCall
 
 # Anthropic's error types by status; a full queue is its 529 "overloaded", which its SDKs retry
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+                404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large", 415: "invalid_request_error",
                 429: "rate_limit_error", 499: "api_error", 500: "api_error", 503: "overloaded_error",
                 529: "overloaded_error"}
 OVERLOADED = 529
