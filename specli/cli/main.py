@@ -324,6 +324,15 @@ def serve(
              "answers, and are saved then.")] = False,
     heads_learn_rows: Annotated[int, typer.Option(
         help="New rows (tokens served) between rounds of --heads-learn.", min=16)] = 2048,
+    allowed_hosts: Annotated[list[str] | None, typer.Option(
+        help="Host names served besides localhost, 127.0.0.1, [::1] and --host (comma-separated or repeated; * for "
+             "any); others get 403 (DNS rebinding). Bound to 0.0.0.0 without it: any Host.", show_default=False)] = None,
+    cors_origins: Annotated[str | None, typer.Option(
+        help="Origins of other web pages that may call it from a browser, as llama-server's: scheme://host:port,... "
+             "localhost (this machine's pages, any port) or *. Default: the chat page's own.", show_default=False)] = None,
+    cors_methods: Annotated[str, typer.Option(help="Methods allowed to --cors-origins.")] = "GET, POST, DELETE, OPTIONS",
+    cors_headers: Annotated[str, typer.Option(help="Headers allowed to --cors-origins (*: those it asks for).")] = "*",
+    cors_credentials: Annotated[bool, typer.Option(help="Credentials allowed to --cors-origins.")] = False,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -342,7 +351,8 @@ def serve(
     opts = ServeOptions(host, port, api_key or None, queue, int(max_body * 2**20), dashboard, cap, recalibrate,
                         None if cache_ram == 0 and not prompt_cache_disk else cache, slots,
                         tuple(dict.fromkeys(alias or ())), strict_model, park_idle,
-                        heads_learn_rows if heads_learn else 0)
+                        heads_learn_rows if heads_learn else 0, tuple(allowed_hosts or ()), cors_origins, cors_methods,
+                        cors_headers, cors_credentials)
     raise typer.Exit(run_serve(s, opts, err_console()))
 
 
