@@ -2,6 +2,8 @@
 command. The tree, in the order a request meets it:
 
 - server: uvicorn, signals, exit codes; view: the log lines and the live table
+- security: before any route, the Host, Origin and Content-Type checks and CORS (what the
+  web pages the user visits cannot do)
 - app: the route table (one line per protocol) and the error handlers
 - served: what every route shares (configuration, worker, counters), the key check, the body reader
 - generation: the routes that generate and count tokens, for any protocol
