@@ -14,6 +14,7 @@ from rich.console import Console
 from specli import profiles
 from specli.cli.chat import ChatSession
 from specli.cli.dashboard import GenerationDashboard, Reply, bar, stats_table
+from specli.cli.stats_view import compact_stats, position_line, sparkline
 from specli.engine import StepEvent
 from specli.engine.metrics import Counters
 from specli.errors import UsageError
@@ -223,3 +224,44 @@ def test_save_and_load_a_conversation_by_name(rt: Runtime) -> None:
     turn = chat.reply("And a third?")
     assert turn is not None and turn.counters.n_prompt_reused >= n_cached - 1
     assert turn.counters.n_prompt - turn.counters.n_prompt_reused < 40  # only the new message prefilled
+
+
+def _long_drafts() -> Counters:
+    """The follow-up turn of issue 64: drafts up to 48 tokens, 32 positions never accepted."""
+    drafted = [8] * 8 + [4] * 8 + [1] * 32
+    accepted = [6, 5, 4, 4, 3, 3, 2, 2] + [1] * 8 + [0] * 32
+    return Counters(n_prompt=420, n_prompt_reused=380, n_generated=246, n_target_forwards=160, n_step_tokens=246,
+                    n_drafted=sum(drafted), n_accepted=sum(accepted), drafted_by_pos=drafted,
+                    accepted_by_pos=accepted, t_total=13.2, t_prefill=0.4, t_draft=0.2, t_verify=12.4,
+                    t_first_token=0.6, t_llama_verify=12.0, drafter_steps={"none": 152, "ngram": 8},
+                    drafted_by={"ngram": sum(drafted)}, accepted_by={"ngram": sum(accepted)}, n_forced=3,
+                    n_forced_accepted=2)
+
+
+def test_the_compact_block_fits_in_ten_lines_at_80_columns() -> None:
+    con = Console(file=io.StringIO(), record=True, width=80, color_system=None)
+    con.print(compact_stats(_long_drafts()))
+    lines = con.export_text().rstrip("\n").splitlines()
+    assert len(lines) <= 10, "\n".join(lines)
+    by_pos = next(line for line in lines if "by position" in line)
+    assert "1 75%" in by_pos and "4-48 21% (22/104)" in by_pos and "pos" not in by_pos.replace("position", "")
+    assert any("ngram 8 (37/128 kept)" in line for line in lines)
+    full = recording()
+    full.print(stats_table(_long_drafts()))
+    assert "pos 48" in full.export_text()  # the full table (--stats full, /stats) keeps every position
+
+
+def test_position_line_and_sparkline() -> None:
+    assert position_line([], []) == "no drafts"
+    assert position_line([4, 2], [2, 2]) == "▅█ 1 50% · 2 100%"
+    assert position_line([4, 4, 4, 4], [4, 3, 2, 1]).endswith("· 4 25% (1/4)")
+    assert sparkline([0.0] * 20).endswith("▁…") and len(sparkline([0.0] * 20)) == 17
+
+
+def test_the_dashboard_leaves_the_compact_block_unless_full() -> None:
+    for full, marker in ((False, "by position"), (True, "pos 48")):
+        con = recording()
+        with GenerationDashboard(con, full_stats=full) as dash:
+            dash.update(StepEvent([1], "ab", [("ab", True)], [True], 0, 0, "ngram", _long_drafts(), "stop"))
+        out = con.export_text()
+        assert marker in out and ("pos 48" in out) == full

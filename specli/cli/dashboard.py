@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specli.cli.stats_view import compact_stats
 from specli.engine import StepEvent, metrics
 from specli.types import FinishReason
 
@@ -93,8 +94,9 @@ class GenerationDashboard:
     """`with GenerationDashboard(console) as d: for ev in events: d.update(ev)`."""
 
     def __init__(self, console: Console, color_draft: bool = True, title: str = "specli",
-                 max_text_lines: int = 30) -> None:
+                 max_text_lines: int = 30, full_stats: bool = False) -> None:
         self.console = console
+        self.full_stats = full_stats  # the full table after the answer, not the compact block
         self.color_draft = color_draft
         self.title = title
         self.max_text_lines = max_text_lines
@@ -135,10 +137,11 @@ class GenerationDashboard:
         if self._live is not None:
             self._live.__exit__(exc_type, exc, tb)
             self._live = None
-        # leave the full text and the final figures on screen
+        # leave the full text and the final figures on screen (compact: the answer stays in view)
         self.console.print(self.text())
         if self.last is not None:
-            self.console.print(stats_table(self.last.counters))
+            c = self.last.counters
+            self.console.print(stats_table(c) if self.full_stats else compact_stats(c))
 
 
 def summary_line(c: metrics.Counters, finish_reason: FinishReason | None) -> str:
