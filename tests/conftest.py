@@ -48,6 +48,20 @@ def _own_heads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield from _own_dir(tmp_path_factory, "heads", "SPECLI_HEADS_DIR")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_model_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No model a user keeps in LM Studio, Ollama or the Hugging Face and llama.cpp caches,
+    and none they added, is found by the tests (`--draft auto` chooses among the test models)."""
+    stores = {"SPECLI_LMSTUDIO_MODELS": "lmstudio", "OLLAMA_MODELS": "ollama", "HF_HUB_CACHE": "hf",
+              "LLAMA_CACHE": "llama.cpp", "SPECLI_CONFIG_DIR": "config"}
+    gens = [_own_dir(tmp_path_factory, name, var) for var, name in stores.items()]
+    for g in gens:
+        next(g)
+    yield
+    for g in gens:
+        next(g, None)
+
+
 def total_variation(a: dict[Any, float], b: dict[Any, float]) -> float:
     """Total variation distance between two distributions given as outcome -> mass."""
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))

@@ -18,9 +18,12 @@ from rich.table import Table
 from specli import registry
 from specli.cli.guard import err_console, guarded
 from specli.cli.options import JsonOpt
+from specli.registry import local
+from specli.registry.lookup import local_models
 from specli.registry.store import human
+from specli.registry.user import add_model, user_registry_path
 
-models_app = typer.Typer(help="Named models: list, pull, inspect.", no_args_is_help=True)
+models_app = typer.Typer(help="Named models: list, pull, add, inspect.", no_args_is_help=True)
 
 
 class PlainProgress:
@@ -83,15 +86,35 @@ def pull_progress(console: Console | None = None) -> Iterator[Callable[[str, int
 @models_app.command("list")
 @guarded
 def models_list(as_json: JsonOpt = False) -> None:
-    """List the registry's models and whether each is downloaded."""
+    """List the registry's models, those you added, and the GGUFs LM Studio, Ollama and
+    the Hugging Face and llama.cpp caches keep (found read-only, run by name)."""
     rows = [registry.describe(s) for s in registry.load_registry().values()]
+    rows += [{"name": m.name, "role": m.where, "size": m.size, "present": True, "path": str(m.path)}
+             for m in local_models() if m.where != "registry"]
+    problems = local.scan().problems
+    for p in problems:  # on stderr, so that --json's output stays the list of models
+        err_console().print(f"not runnable: {p.message} ({p.hint})", markup=False, soft_wrap=True, highlight=False)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    t = Table("name", "role", "size", "present", "path")
+    t = Table("name", "role / found in", "size", "present", "path")
     for r in rows:
         t.add_row(r["name"], r["role"], f"{r['size'] / 1e6:,.0f} MB", "yes" if r["present"] else "no", r["path"])
     Console().print(t)
+
+
+@models_app.command("add")
+@guarded
+def models_add(
+    name: Annotated[str, typer.Argument(help="The name to run it by.")],
+    path: Annotated[Path, typer.Argument(help="The .gguf file (left where it is; nothing is copied).")],
+) -> None:
+    """Record a GGUF file under a name of yours (your registry in the user config dir),
+    with its size and sha256, checked as a whole GGUF first."""
+    with pull_progress() as update:
+        model = add_model(name, path, set(registry.load_registry()), progress=update)
+    err_console().print(f"{model.name}: {model.path} ({human(model.size)}, sha256 {model.sha256[:12]}...) "
+                        f"in {user_registry_path()}", soft_wrap=True, highlight=False, markup=False)
 
 
 @models_app.command("pull")
@@ -119,7 +142,8 @@ def models_path(name: str) -> None:
 @models_app.command("info")
 @guarded
 def models_info(name: str, as_json: JsonOpt = False) -> None:
-    """Registry entry of a model and, if present, what the GGUF itself says."""
+    """Registry entry of a model and, if present, what the GGUF itself says, and which
+    local models can draft for it (same vocabulary, or across tokenizers)."""
     reg = registry.load_registry()
     info: dict[str, Any] = {}
     path: Path
@@ -128,11 +152,13 @@ def models_info(name: str, as_json: JsonOpt = False) -> None:
         path = registry.model_path(reg[name])
     else:
         path = registry.resolve(name)
-        info = {"name": path.name, "path": str(path), "size": path.stat().st_size, "present": True}
+        info = {"name": name, "path": str(path), "size": path.stat().st_size, "present": True}
     if info.get("present"):
         from specli.backend import read_model_info
+        from specli.runtime.draft_choice import local_drafts
 
         info["gguf"] = read_model_info(path)
+        info["drafts"] = [{"name": d.name, "pairing": d.pairing, "size": d.size} for d in local_drafts(path)]
     if as_json:
         print(json.dumps(info, indent=2))
         return
@@ -141,6 +167,8 @@ def models_info(name: str, as_json: JsonOpt = False) -> None:
         if isinstance(v, dict):
             for k2, v2 in v.items():
                 t.add_row(f"{k}.{k2}", str(v2))
+        elif k == "drafts":
+            t.add_row(k, "\n".join(f"{d['name']} ({d['pairing']}, {human(d['size'])})" for d in v) or "none local")
         else:
             t.add_row(k, str(v))
     Console().print(t)

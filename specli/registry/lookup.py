@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from specli.errors import ModelError, RegistryError
+from specli.registry import local
 from specli.registry.schema import ModelSpec, load_registry
 from specli.registry.store import human, is_present, model_path
+from specli.registry.user import checked_path, load_user_models
 
 
 def _suggest(name: str, names: list[str]) -> list[str]:
@@ -48,30 +50,70 @@ def _looks_like_path(text: str) -> bool:
 
 
 def resolve(name_or_path: str, registry: Mapping[str, ModelSpec] | None = None) -> Path:
-    """An existing file path as is, or the local file of a pulled registry model."""
+    """An existing file path as is; else the local file of a pulled registry model, of a
+    model the user added (`specli models add`), or of one another tool keeps (LM Studio,
+    Ollama, the Hugging Face and llama.cpp caches: `registry.local`)."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    if _looks_like_path(name_or_path):
+    if _looks_like_path(name_or_path) and not name_or_path.startswith(local.PREFIXES):
         if path.exists():
             raise ModelError(f"not a model file: {name_or_path}", hint="give the path of a .gguf file")
         raise ModelError(f"model file not found: {name_or_path}")
     reg = load_registry() if registry is None else registry
-    spec = lookup(name_or_path, reg)
-    local = model_path(spec)
+    if name_or_path in reg:
+        return _registry_file(reg[name_or_path])
+    users = load_user_models()
+    if name_or_path in users:
+        return checked_path(users[name_or_path])
+    found = local.scan()
+    model = local.find(name_or_path, found)
+    if model is not None:
+        return model.path
+    names = sorted([*reg, *users, *(m.name for m in found.models)])
+    close = _suggest(name_or_path, names)
+    hint = f"did you mean: {', '.join(close)}? " if close else ""
+    raise RegistryError(f"unknown model: {name_or_path}", hint=f"{hint}see all with: specli models list")
+
+
+def _registry_file(spec: ModelSpec) -> Path:
+    """The file of a registry model, refused where it is not (all) downloaded."""
+    local_file = model_path(spec)
     if is_present(spec):
-        return local
+        return local_file
     hint = f"run: specli models pull {spec.name}"
-    if local.exists():
+    if local_file.exists():
         try:
-            have = local.stat().st_size
+            have = local_file.stat().st_size
         except OSError:
             have = 0
         raise RegistryError(
-            f"model {spec.name} is incomplete or damaged: {local} has {have} of {spec.size} bytes",
+            f"model {spec.name} is incomplete or damaged: {local_file} has {have} of {spec.size} bytes",
             hint=hint,
         )
     raise RegistryError(f"model {spec.name} is not downloaded ({human(spec.size)})", hint=hint)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalModel:
+    """A model file on this machine: its name, file, size and where it was found."""
+
+    name: str
+    path: Path
+    size: int
+    where: str  # "registry", "added", or the tool that keeps it
+
+
+def local_models(registry: Mapping[str, ModelSpec] | None = None) -> list[LocalModel]:
+    """Every model file on this machine specli can name: pulled registry models, the
+    user's added ones, and those other tools keep (broken ones left out)."""
+    reg = load_registry() if registry is None else registry
+    out = [LocalModel(s.name, model_path(s), s.size, "registry") for s in reg.values() if is_present(s)]
+    for m in load_user_models().values():
+        if m.path.is_file():
+            out.append(LocalModel(m.name, m.path, m.size, "added"))
+    out += [LocalModel(m.name, m.path, m.size, m.where) for m in local.scan().models]
+    return out
 
 
 def describe(spec: ModelSpec) -> dict[str, Any]:
