@@ -78,6 +78,10 @@ class DraftModelDrafter(Drafter):
     def decode_seconds(self) -> float:
         return self.model.decode_seconds
 
+    def lag(self, history: Sequence[int]) -> int:
+        """Tokens the cache lacks before it can draft after `history` (at least the last)."""
+        return max(1, len(history) - self.model.n_past)
+
     def begin(self, history: Sequence[int]) -> None:
         # keep the common prefix; the rest is decoded by the first proposal, so a
         # controller that never asks this drafter never pays for its prefill

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specli.drafters.cross_vocab import CrossVocabDrafter
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.engine.grammar import Constraint
@@ -13,7 +14,7 @@ from specli.types import Draft, Drafter
 class HybridDrafter(Drafter):
     name = "hybrid"
 
-    def __init__(self, draft: DraftModelDrafter, ngram: NgramDrafter, min_match: int = 3) -> None:
+    def __init__(self, draft: DraftModelDrafter | CrossVocabDrafter, ngram: NgramDrafter, min_match: int = 3) -> None:
         self.draft, self.ngram, self.min_match = draft, ngram, min_match
 
     @property

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from specli.drafters.auto.costs import CostModel
 from specli.drafters.auto.policy import AcceptanceStats, Choice, Ledger, choose
 from specli.drafters.auto.split import expected_gains
+from specli.drafters.cross_vocab import CrossVocabDrafter
 from specli.drafters.draft_model import DraftModelDrafter
 from specli.drafters.learned import LearnedDrafter
 from specli.drafters.ngram import PREDICTION, NgramDrafter
@@ -60,7 +61,7 @@ class AutoDrafter(Drafter):
     def __init__(
         self,
         costs: CostModel,
-        draft: DraftModelDrafter | None = None,
+        draft: DraftModelDrafter | CrossVocabDrafter | None = None,
         ngram: NgramDrafter | None = None,
         explore_every: int = 24,
         suffix: SuffixDrafter | None = None,
@@ -156,7 +157,7 @@ class AutoDrafter(Drafter):
         pending = 1
         if self.draft is not None:
             available["draft"] = k
-            pending = max(1, len(history) - self.draft.model.n_past)
+            pending = self.draft.lag(history)
         for name, h in self.heads.items():
             if h.ready(history):
                 available[name] = min(k, h.n_heads)
