@@ -69,6 +69,9 @@ class Calibration:
     contexts: list[int] = field(default_factory=list)
     context_ratios: list[list[float]] = field(default_factory=list)
     context_t1: list[float] = field(default_factory=list)  # a plain step there, seconds
+    # only what a first run needed, in seconds (runtime.first_use): a few batch sizes timed once,
+    # the noise at short context only; `specli calibrate` (and bench, serve) measure it in full
+    quick: bool = False
 
     @property
     def tie_bound(self) -> float:
@@ -381,8 +384,8 @@ def store(key: str, cal: Calibration, path: Path | None = None) -> None:
 
 def load_or_measure(key: str, target: LanguageModel, draft: LanguageModel | None, context: Sequence[int],
                     path: Path | None = None, recalibrate: bool = False) -> Calibration:
-    """Cached figures for `key`, measured now if missing, incomplete or asked for, or if
-    they were measured on a busy machine and this one is idle now. Measured again, they
+    """Cached figures for `key`, measured now if missing, incomplete (or quick) or asked for,
+    or if they were measured on a busy machine and this one is idle now. Measured again, they
     keep the stored context axis (only `recalibrate` drops it): its rows are each timed
     against t1 at their own context, a shape the short table's level does not move, and
     timing it again at 16k tokens takes a quarter of an hour."""
@@ -390,7 +393,7 @@ def load_or_measure(key: str, target: LanguageModel, draft: LanguageModel | None
     cal = stored
     if cal is not None and cal.provisional and not sample().busy:
         cal = None
-    if cal is None or (draft is not None and cal.draft_ratio <= 0):
+    if cal is None or cal.quick or (draft is not None and cal.draft_ratio <= 0):
         cal = measure_idle(target, draft, context)
         if stored is not None and stored.contexts:
             cal = replace(cal, contexts=stored.contexts, context_ratios=stored.context_ratios,
