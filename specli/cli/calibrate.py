@@ -6,9 +6,27 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from specli.cli.guard import err_console
 from specli.drafters.auto.costs import SHAPE_DRIFT, interpolate
-from specli.runtime.calibration import CONTEXT_SIZES, Calibration, why_provisional
-from specli.runtime.wiring import CALIBRATION_CONTEXT
+from specli.runtime.calibration import CONTEXT_SIZES, Calibration, context_points, load, why_provisional
+from specli.runtime.first_use import duration, full_seconds
+from specli.runtime.wiring import CALIBRATION_CONTEXT, Runtime
+
+
+def say_what_is_measured(rt: Runtime, show: bool) -> None:
+    """One line before `specli calibrate` measures: what, and how long the table stored
+    so far says it takes (nothing where --show finds a full table)."""
+    stored = load(rt.calibration_key())
+    if show and stored is not None and not stored.quick:
+        return
+    points = context_points(rt.target.n_ctx)
+    what = "a plain step, every batch size three times, the batch noise, the bit-exact batch" + (
+        ", the draft model's token" if rt.draft is not None else "") + (
+        f", and batch costs at {', '.join(map(str, points))} cached tokens" if points else "")
+    took = "" if stored is None else (
+        f", about {duration(full_seconds(stored, rt.target.n_ctx, CALIBRATION_CONTEXT, rt.draft is not None))}")
+    err_console().print(f"specli calibrate: measuring {what}{took} (Ctrl-C stops it)",
+                        markup=False, highlight=False, soft_wrap=True)
 
 
 def show(console: Console, cal: Calibration, key: str, exact: bool) -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from specli import profiles
 from specli.cli.dashboard import GenerationDashboard, Reply, colored_text, stats_table, summary_line
+from specli.cli.voice import Notes, announcer
 from specli.engine import generate, metrics
 from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
@@ -22,7 +23,7 @@ from specli.runtime.prompt_cache import CacheOptions, PromptCache, open_prompt_c
 from specli.types import FinishReason
 
 HELP = """\
-/stats              figures of the last turn and of the whole session
+/stats              all figures of the last turn and of the whole session
 /reset              forget the conversation (and clear both KV caches)
 /system TEXT        set the system prompt (empty TEXT removes it)
 /save NAME          keep the conversation (its turns and both KV caches) in the prompt cache
@@ -61,6 +62,7 @@ class ChatSession:
     overrides: dict[str, Any] = field(default_factory=dict)
     live: bool = False
     color_draft: bool = True
+    full_stats: bool = False  # the full table after each reply (--stats full), not the compact block
     turns: list[Turn] = field(default_factory=list)
     session: metrics.Counters = field(default_factory=metrics.Counters)
     system: str | None = None
@@ -70,6 +72,13 @@ class ChatSession:
     def __post_init__(self) -> None:
         self.settings: Settings = self.rt.settings
         self.system = self.settings.system
+        self._listen()
+
+    def _listen(self) -> None:
+        """Hear the runtime: a first use's measurement said at once (only what a reply needs),
+        its notes after the reply that raised them (those before the session: shown already)."""
+        self.rt.announce = announcer(self.console, "dim")
+        self._notes = Notes(self.rt.notes, len(self.rt.notes))
 
     # -- the loop ------------------------------------------------------------------
     def run(self, read: Callable[[str], str]) -> None:
@@ -198,6 +207,7 @@ class ChatSession:
         except SpecliError as e:
             self.console.print(f"[red]{e.one_line()}[/]")
             return
+        self._listen()
         self.console.print("reconnected: models loaded again, conversation cleared")
 
     def reply(self, user: str) -> Turn | None:
@@ -208,7 +218,8 @@ class ChatSession:
         tokens = self.turn_tokens(user)
         events = generate(self.rt.target, tokens, self.rt.generation_config(s), self.rt.drafter(s))
         reply = Reply()
-        dash = GenerationDashboard(self.console, self.color_draft, title="reply") if self.live else None
+        dash = (GenerationDashboard(self.console, self.color_draft, title="reply", full_stats=self.full_stats)
+                if self.live else None)
         try:
             reply.follow(events, dash, lambda ev: self.console.print(colored_text(ev.segments, self.color_draft),
                                                                      end=""))
@@ -230,6 +241,9 @@ class ChatSession:
         self.session = metrics.merge(self.session, reply.counters)
         if dash is None:
             self.console.print(summary_line(reply.counters, reply.finish_reason), style="dim")
+            if self.full_stats:
+                self.console.print(stats_table(reply.counters))
+        self._notes.show()
         return turn
 
     # -- output --------------------------------------------------------------------

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,6 +64,18 @@ def _options(
 # ---------------------------------------------------------------------- generate
 
 
+class StatsView(str, Enum):
+    """The figures printed after an answer."""
+
+    compact = "compact"
+    full = "full"
+
+
+StatsOpt = Annotated[StatsView, typer.Option(
+    "--stats", help="The figures after each answer: compact (a few lines, acceptance by position on one) or "
+                    "full (the whole table, one line per draft position).")]
+
+
 def read_prompt(prompt: str | None) -> str:
     if prompt is None or prompt == "-":
         if sys.stdin.isatty() and prompt is None:
@@ -95,6 +108,7 @@ def generate(
         "--predict", help="A file the answer is expected to repeat much of (the file being edited): "
                           "drafted from, verified like any draft (OpenAI's predicted outputs).",
         show_default=False)] = None,
+    stats: StatsOpt = StatsView.compact,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -111,19 +125,26 @@ def generate(
                        else grammar_from_arg("gbnf", str(grammar)))
     predicted = read_text_file(predict, "--predict") if predict is not None else ""
     run_generate(s, text, as_json=as_json, quiet=quiet, color_draft=color_draft,
-                 recalibrate=recalibrate, grammar=constrained, prediction=predicted)
+                 recalibrate=recalibrate, grammar=constrained, prediction=predicted,
+                 full_stats=stats == StatsView.full)
 
 
 def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_draft: bool = True,
-                 recalibrate: bool = False, grammar: Any = None, prediction: str = "") -> None:
+                 recalibrate: bool = False, grammar: Any = None, prediction: str = "",
+                 full_stats: bool = False) -> None:
     """`grammar`: a specli.engine.grammar.Grammar the answer must follow, or None."""
-    from specli.cli.dashboard import GenerationDashboard, Reply, summary_line
+    from specli.cli.dashboard import GenerationDashboard, Reply, stats_table, summary_line
+    from specli.cli.voice import Notes, announcer, loading_line
     from specli.engine import generate as engine_generate
     from specli.engine.grammar import Constraint
     from specli.runtime import open_runtime
 
+    if not quiet and sys.stderr.isatty():  # a terminal hears something at once
+        announcer()(f"{loading_line(s)}…")
     rt = open_runtime(s, recalibrate=recalibrate)
-    print_notes(rt.notes)
+    rt.announce = announcer()  # a first use measures only what this run needs, and says so at once
+    notes = Notes(rt.notes)
+    notes.show()
     out = sys.stdout
     reply = Reply()
     live = not as_json and not quiet and out.isatty()
@@ -149,9 +170,11 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
         prompt_tokens = rt.prompt_tokens(prompt)
         constraint = Constraint(grammar, rt.target.vocab) if grammar is not None else None
         predicted = rt.target.tokenize(prediction, add_special=False) if prediction else ()
-        events = engine_generate(rt.target, prompt_tokens, rt.generation_config(), rt.drafter(prediction=predicted),
-                                 constraint=constraint)
-        reply.follow(events, GenerationDashboard(Console(), color_draft=color_draft) if live else None, echo)
+        config, drafter = rt.generation_config(), rt.drafter(prediction=predicted)
+        notes.show()  # what calibrating said, before the answer
+        events = engine_generate(rt.target, prompt_tokens, config, drafter, constraint=constraint)
+        dash = GenerationDashboard(Console(), color_draft=color_draft, full_stats=full_stats) if live else None
+        reply.follow(events, dash, echo)
     except KeyboardInterrupt:
         reply.finish_reason = "interrupted"
         end()  # what was generated is not lost
@@ -163,8 +186,11 @@ def run_generate(s: Settings, prompt: str, as_json: bool, quiet: bool, color_dra
     finally:
         rt.close()
     end()
+    notes.show()  # closing's too (a history that could not be written)
     if not as_json and not quiet:
         err_console().print(summary_line(reply.counters, reply.finish_reason), highlight=False)
+        if full_stats and not live:
+            err_console().print(stats_table(reply.counters))
     if constraint is not None and not constraint.complete and not as_json:
         err_console().print(f"the answer stopped before its {grammar.label} was complete "
                             f"(finish: {reply.finish_reason}): raise --max-tokens", highlight=False)
@@ -183,19 +209,24 @@ def chat(
     recalibrate: RecalibrateOpt = False,
     dashboard: Annotated[bool, typer.Option(help="Live dashboard per reply (terminal only).")] = True,
     color_draft: Annotated[bool, typer.Option(help="Colour tokens that came from the draft.")] = True,
+    stats: StatsOpt = StatsView.compact,
     *,
     overrides: dict[str, Any],
 ) -> None:
     """Multi-turn chat; both KV caches are kept across turns."""
     from specli.cli.chat import ChatSession
+    from specli.cli.voice import announcer, loading_line
     from specli.runtime import open_runtime
 
-    rt = open_runtime(profiles.resolve_settings(profile, overrides), recalibrate=recalibrate)
+    s = profiles.resolve_settings(profile, overrides)
+    console = Console()
+    announcer(console, "dim")(f"{loading_line(s)}…")  # at once: a large pair takes seconds to load
+    rt = open_runtime(s, recalibrate=recalibrate)
     rt.learn_across = True  # a turn's drafting starts from what the earlier turns showed
     print_notes(rt.notes)
-    console = Console()
     session = ChatSession(rt, console, profile=profile, overrides=dict(overrides),
-                          live=dashboard and console.is_terminal, color_draft=color_draft)
+                          live=dashboard and console.is_terminal, color_draft=color_draft,
+                          full_stats=stats == StatsView.full)
     try:
         session.run(line_reader())
     finally:
@@ -229,6 +260,7 @@ def calibrate(
         key = rt.calibration_key()
         # --check reads the table as stored, provisional or not (opening it may measure it again)
         if not check:
+            view.say_what_is_measured(rt, show)  # before minutes of measuring
             rt.costs(s)  # the batch curve along the context axis too
         cal = (load_calibration(key) if check else None) or rt.calibration()
         if check:
