@@ -99,11 +99,12 @@ def foreign_host(host: str, names: list[str]) -> ApiError:
                                f"name, start it with --allowed-hosts {host}", None, "host_not_allowed")
 
 
-def foreign_origin(origin: str) -> ApiError:
-    """A browser request from a page of another origin that --cors-origins does not allow."""
+def foreign_origin(origin: str, local: bool) -> ApiError:
+    """A browser request from a page of another origin that --cors-origins does not allow
+    (`local`: a page on this machine, on another port)."""
+    every = " (or --cors-origins localhost for every page on this machine)" if local else ""
     return ApiError(FORBIDDEN, f"requests from web pages of the origin {origin!r} are not allowed here; start the "
-                               f"server with --cors-origins {origin} to allow them (or --cors-origins localhost for "
-                               "every local page)", None, "origin_not_allowed")
+                               f"server with --cors-origins {origin} to allow them{every}", None, "origin_not_allowed")
 
 
 def not_json(given: str | None) -> ApiError:

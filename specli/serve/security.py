@@ -244,7 +244,8 @@ class SecurityMiddleware:
             names = sorted(self.policy.hosts or ())
             return errors.foreign_host(split_host(host or "")[0], names)
         if origin is not None and not origin_allowed(origin, host, self.policy):
-            return errors.foreign_origin(origin)
+            parsed = parse_origin(origin)
+            return errors.foreign_origin(origin, parsed is not None and parsed.host in LOCAL_NAMES)
         if takes_body(self.routes, scope) and not json_body(headers.get("content-type")):
             return errors.not_json(headers.get("content-type"))
         return None
@@ -271,7 +272,7 @@ def exposure_warning(bind: str, port: int, p: Policy, has_key: bool) -> str | No
         return None
     hosts = (" It answers to any Host name: give --allowed-hosts NAME (the names clients use) to refuse the others."
              if p.hosts is None else "")
-    key = ("An API key is required on every route but /, /health and /v1/models." if has_key else
+    key = ("An API key is set (the page, /health, /v1/models and /props answer without it)." if has_key else
            "There is NO API key: anyone who can reach this address can use the model and read what it generates; "
            "set --api-key (or SPECLI_API_KEY).")
     return (f"WARNING: serving on {bind}:{port}, reachable from the network.{hosts} {key} There is no TLS: beyond a "
