@@ -121,8 +121,9 @@ def test_generate_missing_model_file() -> None:
     assert res.exit_code == 3 and "not found" in res.output
 
 
-def test_generate_incompatible_pair_is_refused() -> None:
-    res = runner.invoke(app, ["generate", "--target", "qwen2.5-coder-0.5b-instruct-q4_k_m", "--draft", SMOL, "x"])
+def test_generate_incompatible_pair_is_refused_when_strict() -> None:
+    res = runner.invoke(app, ["generate", "--target", "qwen2.5-coder-0.5b-instruct-q4_k_m", "--draft", SMOL,
+                              "--draft-pairing", "strict", "x"])
     if "not downloaded" in res.output:
         pytest.skip("qwen draft not pulled")
     assert res.exit_code == 5 and "differ" in res.output and "ngram" in res.output

@@ -60,7 +60,9 @@ def test_default_pair_reads_each_file_once(reads: Reads) -> None:
         assert rt.draft is not None and rt.n_common == 151936
     finally:
         rt.close()
-    for counter in (reads.validated, reads.vocab_loads, reads.weight_loads):
+    # choosing the draft reads the metadata of the other local models (smaller ones), never their tokenizers
+    assert (reads.validated[target], reads.validated[draft]) == (1, 1)
+    for counter in (reads.vocab_loads, reads.weight_loads):
         assert counter == {target: 1, draft: 1}
 
 

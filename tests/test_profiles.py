@@ -69,7 +69,7 @@ def error_of(fn: Any, *args: Any, **kwargs: Any) -> str:
 def test_defaults_and_sampling() -> None:
     s = Settings()
     assert s.target == "qwen2.5-coder-1.5b-instruct-q4_k_m"
-    assert s.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert s.draft == "auto"  # the smallest local model that pairs with the target (runtime.draft_choice)
     assert (s.drafter, s.draft_max, s.draft_min, s.draft_p_min) == ("draft", 4, 0, 0.0)
     assert (s.ctx, s.n_batch, s.threads, s.kv_type, s.flash_attn) == (4096, 512, None, "auto", "auto")
     assert s.verify == "batch"
@@ -93,7 +93,7 @@ def test_describe_fields_and_settings_to_dict() -> None:
     assert by_name["draft_max"].type == "int 0..64"
     assert by_name["top_p"].type == "float (0, 1]"
     assert by_name["min_p"].type == "float [0, 1)"
-    assert by_name["draft"].default == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert by_name["draft"].default == "auto"
     assert by_name["threads"].default == "null"
     for name, type_text, default, help_text in rows:
         assert name and type_text and isinstance(default, str) and help_text

@@ -56,10 +56,11 @@ class ModelFile:
         self.close()
 
 
-def read_model_file(path: Path) -> ModelFile:
-    """Validate a GGUF and load its tokenizer and metadata (no weights)."""
+def read_model_file(path: Path, gguf: GgufSummary | None = None) -> ModelFile:
+    """Validate a GGUF (unless `gguf`, its validated structure, is given) and load its
+    tokenizer and metadata (no weights)."""
     path = Path(path)
-    gguf = check_gguf_header(path)
+    gguf = gguf if gguf is not None else check_gguf_header(path)
     handle = load_model_ptr(path, LoadOptions(), vocab_only=True)
     try:
         vocab = Vocab(llama_cpp.llama_model_get_vocab(handle))

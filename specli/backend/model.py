@@ -78,6 +78,8 @@ class Model(ModelText, ModelFeatures):
         self.name = meta_str(self._model, "general.name") or self.path.stem
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
+        # a recurrent state (Mamba, RWKV, hybrids) cannot drop rejected draft tokens: no speculation
+        self.rolls_back = not (llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model))
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         self.chat_template: str | None = tmpl.decode("utf-8") if tmpl else None
 

@@ -23,6 +23,7 @@ from specli.bench.plan import BenchOptions, bench_prompts
 from specli.bench.servers import LlamaServer, Messages, Server, SpecliServer, at_once
 from specli.errors import UsageError
 from specli.profiles import Settings
+from specli.runtime.draft_choice import draft_path
 
 PEER_PREFIX = "llama.cpp:"
 SPEC_TYPE = {"ngram-simple": "ngram-simple", "ngram-mod": "ngram-mod", "draft": "draft-simple", "none": "none"}
@@ -92,7 +93,7 @@ def clients_command(opts: BenchOptions, n: int, console: Console) -> int:
         servers[f"specli serve --parallel {n}"] = SpecliServer(serve_args(opts, s, n))
         if types:
             bin_dir = binaries_dir(importlib.metadata.version("llama_cpp_python"))
-            target, draft = registry.resolve(s.target), registry.resolve(s.draft) if s.draft else None
+            target, draft = registry.resolve(s.target), draft_path(s)
             for t in types:
                 servers[f"llama-server -np {n} {t}"] = LlamaServer(bin_dir, t, target, draft, s.threads or 2, s.ctx,
                                                                     slots=n)

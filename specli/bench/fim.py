@@ -29,6 +29,7 @@ from specli.bench.fim_tasks import Hole, fim_holes, passes
 from specli.bench.peers import binaries_dir
 from specli.bench.plan import BenchOptions
 from specli.bench.servers import LlamaServer, Server, SpecliServer
+from specli.runtime.draft_choice import draft_path
 
 N_PREDICT = 128
 KEYSTROKES, STRIDE = 16, 3  # requests in the typing sequence, characters the cursor moves between them
@@ -103,7 +104,7 @@ def run_systems(opts: BenchOptions, console: Console) -> tuple[list[Answer], lis
     servers: list[tuple[str, Any]] = [("specli", lambda: SpecliServer(serve_args(opts, s, 1),
                                                                       env={"SPECLI_HISTORY_DIR": history}))]
     bin_dir = binaries_dir(importlib.metadata.version("llama_cpp_python"))
-    target, draft = registry.resolve(s.target), registry.resolve(s.draft) if s.draft else None
+    target, draft = registry.resolve(s.target), draft_path(s)
     for t in spec_types(peers):
         servers.append((f"llama-server {t}", lambda t=t: LlamaServer(bin_dir, t, target, draft, s.threads or 2,
                                                                       s.ctx, slots=1)))

@@ -151,7 +151,7 @@ def generate_llama_cpp(mode: Mode, s: Settings, rt: Runtime, tokens: list[int], 
     from specli.backend import default_threads
 
     kind, k = parse_peer_spec(mode.spec) if mode.spec else (None, None)
-    draft = registry.resolve(s.draft) if kind == "draft" and s.draft else None
+    draft = rt.draft.path if kind == "draft" and rt.draft is not None and not rt.cross else None
     argv = command_line(
         llama_cpp_bin(), kind, registry.resolve(s.target), prompt_text(rt, tokens), max_tokens,
         s.threads or default_threads(), rt.target.n_ctx, draft, k, s.temperature, s.seed)

@@ -23,6 +23,7 @@ from specli.bench.prompts import load_prompt_file, select_prompts, split_list, s
 from specli.bench.suites import Prompt
 from specli.errors import ProfileError, UsageError
 from specli.profiles import Settings, reads_history
+from specli.profiles.settings import NEEDS_DRAFT_MODEL
 
 WARM_HISTORY_CHOICES = ("split", "others")
 WARM_HISTORY_HELP = (
@@ -158,7 +159,9 @@ def plan_bench(opts: BenchOptions) -> Plan:
         settings[peer.name] = _resolve(opts.profile, {**base_over, "drafter": "ngram", **dict(peer.options)}, peer)
         modes.append(peer)
     need_draft = any(profiles.needs_draft_model(s) for s in settings.values())
-    runtime = _resolve(opts.profile, {**base_over, "drafter": "draft" if need_draft else "none"})
+    # auto alone loads a draft model only where one pairs (--draft auto); draft and hybrid need one
+    must = any(s.drafter in NEEDS_DRAFT_MODEL for s in settings.values())
+    runtime = _resolve(opts.profile, {**base_over, "drafter": ("draft" if must else "auto") if need_draft else "none"})
     plan = Plan(opts, prompts, modes, settings, base, runtime, peers, warm)
     if opts.warm_history is not None and not plan.warm_modes:
         raise UsageError(f"--warm-history {opts.warm_history}: no mode drafts from history",

@@ -160,7 +160,7 @@ class ChatSession:
         except SpecliError as e:
             self.console.print(f"[red]{e.one_line()}[/]")
             return
-        if profiles.needs_draft_model(new) and self.rt.draft is None:
+        if profiles.needs_draft_model(new) and new.drafter != "auto" and self.rt.draft is None:  # auto drafts without
             self.console.print(f"{key} {value} needs the draft model, which this session has not loaded: "
                                f"restart with --{key.replace('_', '-')} {value}")
             return

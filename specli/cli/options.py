@@ -39,7 +39,7 @@ def setting_option(name: str) -> Any:
     return Annotated[kind | None, typer.Option(*flags, help=text + ".")]
 
 
-MODELS = ("target", "draft")
+MODELS = ("target", "draft", "draft_pairing")
 HARDWARE = ("n_gpu_layers", "draft_n_gpu_layers", "tensor_split", "threads", "verify", "rpc", "draft_rpc", "rpc_timeout")
 # every option of a generation: the same in generate, chat and bench
 GENERATION = (*MODELS, "drafter", "heads", "draft_max", "draft_p_min", "grammar_drafts", "temperature", "top_k", "top_p", "min_p", "seed",

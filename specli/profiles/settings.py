@@ -72,7 +72,7 @@ def _bool(default: bool, *, doc: str) -> Any:
 
 
 _TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-_DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+_DRAFT = "auto"  # the smallest local model that pairs with the target (runtime.draft_choice)
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,13 @@ class Settings:
     # models
     target: str = _str(_TARGET, doc="target model: registry name or GGUF path", reload=True)
     draft: str | None = _str(
-        _DRAFT, nullable=True, null_words=("none",), doc="draft model; none = no model", reload=True
-    )
+        _DRAFT, nullable=True, null_words=("none",), reload=True,
+        doc="draft model: registry name, local name or GGUF path; auto = the smallest local model with the target's "
+            "vocabulary, if any; none = no model")
+    draft_pairing: str = _choice(
+        "cross", ("cross", "strict"), reload=True,
+        doc="a named draft model of another vocabulary: cross = it drafts text, re-tokenized for the target; "
+            "strict = refused")
     # drafting
     drafter: str = _choice("draft", DRAFTERS, doc="who drafts: model, n-gram lookup, suffix (earlier outputs too), both, "
                                                         "Medusa heads, the EAGLE feature drafter (specli heads train), auto or none")

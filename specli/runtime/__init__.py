@@ -1,6 +1,7 @@
 """Turns resolved settings into loaded models, a drafter and prompt tokens (`wiring`),
-with this machine's measured costs (`calibration`), the draft/target pair check
-(`pair`) and prompts through the chat template (`prompting`)."""
+with this machine's measured costs (`calibration`), the draft model chosen for a target
+(`draft_choice`), the draft/target pair check (`pair`) and prompts through the chat
+template (`prompting`)."""
 
 from specli.runtime.wiring import (
     CALIBRATION_CONTEXT,

@@ -5,7 +5,7 @@ none, with a note that says which and why."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from specli.profiles import Settings, needs_draft_model
 from specli.profiles.settings import NEEDS_DRAFT_MODEL
 from specli.registry.lookup import LocalModel, local_models
 from specli.runtime.learned import has_heads
-from specli.runtime.pair import MAX_VOCAB_DIFF, VocabLike, check_pair
+from specli.runtime.pair import MAX_VOCAB_DIFF, check_pair
 
 AUTO = "auto"
 # a draft at most this share of the target's file: a bigger one rarely pays for its steps
@@ -27,13 +27,16 @@ VOCAB_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.bos_token_id", "tokenizer.
 
 @dataclass(frozen=True)
 class DraftChoice:
-    """The draft model to load (None: none), whether it drafts across tokenizers, and
-    what to tell the user about it ('' where the user named a pairing model)."""
+    """The draft model to load (None: none), its file read once (structure and tokenizer,
+    for the caller to load and close), whether it drafts across tokenizers, and what to
+    tell the user about it ('' where the user named a pairing model)."""
 
     path: Path | None
     name: str | None = None
     cross: bool = False
     note: str = ""
+    file: ModelFile | None = None
+    n_common: int = 0  # the vocabulary both share (check_pair's), for a pairing draft
 
 
 def vocab_signature(summary: GgufSummary) -> tuple[object, ...]:
@@ -68,30 +71,28 @@ def candidates(target_path: Path, models: Sequence[LocalModel]) -> list[LocalMod
     return out
 
 
-def choose_draft(target_path: Path, target_vocab: VocabLike, target_name: str,
-                 read_vocab: Callable[[Path], tuple[VocabLike, Callable[[], None]]],
-                 models: Sequence[LocalModel] | None = None) -> DraftChoice:
-    """`--draft auto`: the smallest local model that pairs with the target (check_pair
-    on its tokenizer, read with `read_vocab` -> (vocab, close)), else none."""
-    target_gguf = validate_gguf(target_path)
-    for m in candidates(target_path, local_models() if models is None else models):
+def choose_draft(target: ModelFile, target_name: str, models: Sequence[LocalModel] | None = None) -> DraftChoice:
+    """`--draft auto`: the smallest local model that pairs with the target (GGUF metadata
+    first, then check_pair on its tokenizer), its file kept open for loading; else none."""
+    for m in candidates(target.path, local_models() if models is None else models):
         try:
-            if not may_pair(target_gguf, validate_gguf(m.path)):
+            summary = validate_gguf(m.path)
+            if not may_pair(target.gguf, summary):
                 continue
-            vocab, close = read_vocab(m.path)
-            try:
-                check_pair(target_vocab, vocab)
-            finally:
-                close()
-        except (PairError, ModelError):
+            f = read_model_file(m.path, summary)
+        except ModelError:
+            continue
+        try:
+            n_common = check_pair(target.vocab, f.vocab)
+        except PairError:
+            f.close()
             continue
         where = "" if m.where in ("registry", "added") else f", found in the {m.where}"
         return DraftChoice(m.path, m.name, note=f"draft model: {m.name} (the smallest local model with "
-                                                f"{target_name}'s vocabulary{where})")
-    info = target_vocab.info()
-    hint = _missing_pair_hint(target_name)
+                                                f"{target_name}'s vocabulary{where})", file=f, n_common=n_common)
+    info = target.vocab.info()
     return DraftChoice(None, note=f"no draft model pairs with {target_name} ({info.vocab_type} vocabulary, "
-                                  f"{info.n_vocab} tokens){hint}")
+                                  f"{info.n_vocab} tokens){_missing_pair_hint(target_name)}")
 
 
 @dataclass(frozen=True)
@@ -107,18 +108,15 @@ def local_drafts(target_path: Path, models: Sequence[LocalModel] | None = None) 
     each would: with the same vocabulary (what `--draft auto` picks), or across tokenizers
     (named with `--draft`)."""
     out = []
-    target_gguf = validate_gguf(target_path)
     with read_model_file(target_path) as target:
         for m in candidates(target_path, local_models() if models is None else models):
             same = False
             try:
-                if may_pair(target_gguf, validate_gguf(m.path)):
-                    vocab, close = _read_vocab(m.path)
-                    try:
-                        check_pair(target.vocab, vocab)
+                summary = validate_gguf(m.path)
+                if may_pair(target.gguf, summary):
+                    with read_model_file(m.path, summary) as f:
+                        check_pair(target.vocab, f.vocab)
                         same = True
-                    finally:
-                        close()
             except (PairError, ModelError):
                 pass
             out.append(LocalDraft(m.name, m.path, m.size, "same vocabulary" if same else "across tokenizers"))
@@ -153,7 +151,7 @@ def choose(s: Settings, target: ModelFile) -> DraftChoice:
         return DraftChoice(None)
     name = _model_name(s.target, target.path)
     if s.draft == AUTO:
-        choice = choose_draft(target.path, target.vocab, name, _read_vocab)
+        choice = choose_draft(target, name)
         if choice.path is None and s.drafter in NEEDS_DRAFT_MODEL:
             raise UsageError(f"drafter '{s.drafter}' needs a draft model, and {choice.note}",
                              "name one with --draft NAME, or use --drafter auto or ngram")
@@ -161,18 +159,19 @@ def choose(s: Settings, target: ModelFile) -> DraftChoice:
             return replace(choice, note=choice.note + "; drafting from " + _without_model(s, target.path))
         return choice
     path = registry.resolve(s.draft)
-    vocab, close = _read_vocab(path)
+    if path.resolve() == target.path.resolve():
+        return DraftChoice(path, s.draft, n_common=target.vocab.n_vocab)  # for itself: one file serves both
+    f = read_model_file(path)
     try:
-        check_pair(target.vocab, vocab)
+        n_common = check_pair(target.vocab, f.vocab)
     except PairError:
         if s.draft_pairing == "strict":
+            f.close()
             raise
-        t, d = target.vocab.info(), vocab.info()
+        t, d = target.vocab.info(), f.vocab.info()
         why = f"{d.vocab_type}, {d.n_vocab} tokens, against {t.vocab_type}, {t.n_vocab}"
-        return DraftChoice(path, s.draft, cross=True, note=cross_note(_model_name(s.draft, path), name, why))
-    finally:
-        close()
-    return DraftChoice(path, s.draft)
+        return DraftChoice(path, s.draft, cross=True, note=cross_note(_model_name(s.draft, path), name, why), file=f)
+    return DraftChoice(path, s.draft, file=f, n_common=n_common)
 
 
 def _model_name(name: str, path: Path) -> str:
@@ -186,11 +185,6 @@ def _without_model(s: Settings, target_path: Path) -> str:
     if s.auto_heads and (s.heads is not None or has_heads(target_path)):
         parts.append("trained heads")
     return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
-
-
-def _read_vocab(path: Path) -> tuple[VocabLike, Callable[[], None]]:
-    f = read_model_file(path)
-    return f.vocab, f.close
 
 
 def draft_path(s: Settings) -> Path | None:

@@ -26,6 +26,7 @@ from specli.backend import (
 )
 from specli.drafters import (
     AutoDrafter,
+    CrossVocabDrafter,
     DraftModelDrafter,
     HybridDrafter,
     Learned,
@@ -35,14 +36,14 @@ from specli.drafters import (
 from specli.drafters.auto.costs import DRIFT, CostModel, interpolate
 from specli.engine import GenerationConfig
 from specli.engine.adjust import Adjust
-from specli.errors import ModelError, UsageError
+from specli.errors import ModelError, SpecliError, UsageError
 from specli.history import HistoryStore, SuffixIndex
-from specli.profiles import Settings, needs_draft_model, reads_history
-from specli.runtime import calibration, prompting
+from specli.profiles import Settings, reads_history
+from specli.runtime import calibration, first_use, prompting
 from specli.runtime.calibration import CONTEXT_SIZES, Calibration
+from specli.runtime.draft_choice import choose
 from specli.runtime.heads_online import OnlineHeads, Round
 from specli.runtime.learned import LEARNED_DRAFTERS, LoadedHeads, has_heads, heads_folder, load_heads
-from specli.runtime.pair import check_pair
 from specli.types import Drafter
 
 
@@ -78,6 +79,8 @@ class Runtime:
     n_common: int = 0
     notes: list[str] = field(default_factory=list)  # things the user should be told
     recalibrate: bool = False  # measure costs and numerics again instead of using the cache
+    cross: bool = False  # the draft model has another vocabulary: it drafts text (drafters.cross_vocab)
+    draft_note: str = ""  # what drafts and why, where the user did not name a pairing draft (also in notes)
     # auto's acceptance carried from one generation to the next (a server, a chat); off for
     # one-shot runs and for bench, whose generations are measured each from a cold start
     learn_across: bool = False
@@ -85,11 +88,16 @@ class Runtime:
     # a server starts at once: batch costs at long context not measured yet are priced from
     # the short-context table and corrected from the requests served (`specli calibrate --ctx`)
     defer_context_costs: bool = False
+    # generate, chat: a first use measures only what the run needs (seconds, runtime.first_use) and says so
+    # through this at once; the rest waits for `specli calibrate` (None: measured in full, as bench needs)
+    announce: Callable[[str], None] | None = None
     _calibration: Calibration | None = field(default=None, repr=False)
     _costs: dict[str, CostModel] = field(default_factory=dict, repr=False)  # per verify mode
     _history: HistoryStore | None = field(default=None, repr=False)
     _learned: dict[tuple[object, ...], Learned] = field(default_factory=dict, repr=False)
     _heads: LoadedHeads | None = field(default=None, repr=False)
+    # a cross-vocabulary draft's own rendering of the prompts rendered here (target tokens -> draft tokens)
+    draft_prompts: dict[tuple[int, ...], list[int]] = field(default_factory=dict, repr=False)
 
     def close(self) -> None:
         self.save_costs()
@@ -120,7 +128,7 @@ class Runtime:
         the tokens the output is expected to repeat. A draft model drafts under `bias`
         (a request's logit bias)."""
         s = s or self.settings
-        if s.drafter == "none" or s.draft_max == 0:
+        if s.drafter == "none" or s.draft_max == 0 or not self.target.rolls_back:
             return None
         ngram = NgramDrafter(s.ngram_min, s.ngram_max, self.target.is_eog, prediction)
         if s.drafter == "ngram":
@@ -210,8 +218,10 @@ class Runtime:
         self._history.save()
         self.notes.extend(self._history.notes[n_notes:])
 
-    def _draft_model_drafter(self, s: Settings, bias: Adjust = Adjust()) -> DraftModelDrafter:
+    def _draft_model_drafter(self, s: Settings, bias: Adjust = Adjust()) -> DraftModelDrafter | CrossVocabDrafter:
         assert self.draft is not None
+        if self.cross:  # another vocabulary: it drafts text (its prompts in its own template)
+            return CrossVocabDrafter(self.draft, self.target, self.draft_prompts)
         return DraftModelDrafter(
             self.draft,
             s.sampling(),
@@ -235,16 +245,26 @@ class Runtime:
         return "|".join(parts)
 
     def calibration_stored(self) -> bool:
-        """Whether this machine's costs for this pair are on disk (else the first use measures them)."""
-        return self._calibration is not None or calibration.load(self.calibration_key()) is not None
+        """Whether this machine's full costs for this pair are on disk (else the first use measures them)."""
+        cal = self._calibration or calibration.load(self.calibration_key())
+        return cal is not None and not cal.quick
 
     def calibration(self) -> Calibration:
-        """This machine's measured costs and numerics (cached on disk; measured on first use)."""
+        """This machine's measured costs and numerics (cached on disk; measured on first use:
+        with `announce`, only what this run needs, in seconds, and said so)."""
         if self._calibration is None:
             context = self.target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]
-            cal = calibration.load_or_measure(
-                self.calibration_key(), self.target, self.draft, context, recalibrate=self.recalibrate)
-            if cal.provisional:
+            key, s = self.calibration_key(), self.settings
+            if self.announce is not None and not self.recalibrate:
+                solo = replace(self, draft=None).calibration_key() if self.draft is not None else None
+                cal = first_use.load_or_quick(key, solo, self.target, self.draft, context, self.announce,
+                                              first_use.Why(s.verify == "exact", self.draft is not None, s.ctx))
+                self.defer_context_costs = True  # minutes at long context: `specli calibrate --ctx` measures them
+            else:
+                if self.announce is not None:
+                    self.announce("measuring this machine's costs again in full (--recalibrate): a minute or more")
+                cal = calibration.load_or_measure(key, self.target, self.draft, context, recalibrate=self.recalibrate)
+            if cal.provisional and not cal.quick:
                 self.notes.append(f"this machine's costs {calibration.why_provisional(cal)}: auto corrects them as it "
                                   "generates, and they are measured again at the next idle start")
             self.target.exact_batch = cal.exact_batch
@@ -263,7 +283,7 @@ class Runtime:
         """The calibration with its batch curve measured up to this context's length (once
         per context length, stored): auto prices a batch by its rows and the context."""
         if self.defer_context_costs:
-            if (points := calibration.missing_context_points(cal, self.target.n_ctx)):
+            if not cal.quick and (points := calibration.missing_context_points(cal, self.target.n_ctx)):
                 minutes = calibration.context_minutes(cal, points)
                 self.notes.append(
                     f"batch costs at {', '.join(map(str, points))} cached tokens are not measured yet: priced from "
@@ -307,17 +327,25 @@ class Runtime:
 
     def generation_config(self, s: Settings | None = None) -> GenerationConfig:
         s = s or self.settings
-        if s.verify == "exact":
-            self.calibration()  # the exact chunk is measured, not assumed
+        if s.verify == "exact" and s.drafter != "none" and s.draft_max > 0:
+            self.calibration()  # the exact chunk is measured, not assumed (no drafts: one-token batches)
         return GenerationConfig(
             max_tokens=s.max_tokens, sampling=s.sampling(), draft_max=s.draft_max, stop=tuple(s.stop),
             exact=s.verify == "exact", grammar_drafts=s.grammar_drafts,
         )
 
     def prompt_tokens(self, prompt: str, s: Settings | None = None, history: Sequence[prompting.Message] = ()) -> list[int]:
-        """The target's tokens for `prompt` after `history`, under settings `s` (system, raw)."""
+        """The target's tokens for `prompt` after `history`, under settings `s` (system, raw);
+        a draft of another vocabulary gets the same prompt in its own chat template."""
         s = s or self.settings
-        return prompting.prompt_tokens(self.target, prompt, history, system=s.system, raw=s.raw)
+        tokens = prompting.prompt_tokens(self.target, prompt, history, system=s.system, raw=s.raw)
+        if self.cross and self.draft is not None:
+            with contextlib.suppress(SpecliError):  # no template of its own: the target's text, by role
+                if len(self.draft_prompts) >= MAX_DRAFT_PROMPTS:
+                    del self.draft_prompts[next(iter(self.draft_prompts))]
+                self.draft_prompts[tuple(tokens)] = prompting.prompt_tokens(self.draft, prompt, history,
+                                                                            system=s.system, raw=s.raw)
+        return tokens
 
 
 def _discard(tokens: list[int]) -> None:
@@ -326,6 +354,8 @@ def _discard(tokens: list[int]) -> None:
 
 CALIBRATION_TEXT = "def calibrate(values):\n    return [v * v for v in values if v % 3]\n\n" * 12
 CALIBRATION_CONTEXT = 128
+
+MAX_DRAFT_PROMPTS = 64  # a chat's turns, a few at a time: the oldest go first
 
 KV_BYTES = {"auto": 1.0, "f32": 2.0, "f16": 1.0, "q8_0": 34 / 64, "q4_0": 18 / 64}  # relative to F16
 
@@ -359,24 +389,27 @@ def fit_context(s: Settings, model: ModelFile | Path, notes: list[str], remote: 
 
 def open_runtime(s: Settings, recalibrate: bool = False, n_seq: int = 1, decode_thread: bool = False) -> Runtime:
     """Resolve names; read each model file once (structure, tokenizer, metadata) to
-    check the pair and fit the context; then load the weights, each with `n_seq`
-    sequences of that context (a server's slots). `decode_thread`: every decode of this
-    process runs on one thread from now on (backend.decoder: a server's threads)."""
+    check the pair (or, with `--draft auto`, choose the draft: runtime.draft_choice) and
+    fit the context; then load the weights, each with `n_seq` sequences of that context
+    (a server's slots). `decode_thread`: every decode of this process runs on one thread
+    from now on (backend.decoder: a server's threads)."""
     if decode_thread:
         start_decode_thread()
     target_path = registry.resolve(s.target)
-    draft_path = registry.resolve(s.draft) if needs_draft_model(s) and s.draft else None
-    servers = (*(s.rpc or ()), *((s.draft_rpc or ()) if draft_path else ()))
-    if servers:  # every server answers before anything loads
-        probe_rpc(list(dict.fromkeys(servers)))
     notes: list[str] = []
     with contextlib.ExitStack() as files:  # tokenizers are freed before any weights load
         target_file = files.enter_context(read_model_file(target_path))
-        draft_file = None
-        if draft_path is not None:
-            same = draft_path.resolve() == target_path.resolve()
-            draft_file = target_file if same else files.enter_context(read_model_file(draft_path))
-        n_common = check_pair(target_file.vocab, draft_file.vocab) if draft_file else 0
+        choice = choose(s, target_file)
+        if choice.file is not None:
+            files.enter_context(choice.file)
+        if choice.note:
+            notes.append(choice.note)
+        draft_path = choice.path
+        servers = (*(s.rpc or ()), *((s.draft_rpc or ()) if draft_path else ()))
+        if servers:  # every server answers before anything loads
+            probe_rpc(list(dict.fromkeys(servers)))
+        draft_file = (choice.file or target_file) if draft_path is not None else None
+        n_common = choice.n_common
         target_opts = replace(load_options(s, for_draft=False), n_seq=n_seq,
                               n_ctx=fit_context(s, target_file, notes, bool(s.rpc), n_seq))
         draft_opts = None
@@ -392,7 +425,11 @@ def open_runtime(s: Settings, recalibrate: bool = False, n_seq: int = 1, decode_
     except BaseException:
         target.close()
         raise
-    rt = Runtime(s, target, draft, n_common or target.n_vocab, notes=notes, recalibrate=recalibrate)
+    if not target.rolls_back and s.drafter != "none":
+        notes.append(f"{target.name} ({target.architecture}) keeps a recurrent state that llama.cpp cannot roll "
+                     "back to drop rejected drafts: speculation is off for it, every token decoded one by one")
+    rt = Runtime(s, target, draft, n_common or target.n_vocab, notes=notes, recalibrate=recalibrate,
+                 cross=choice.cross, draft_note=choice.note)
     if reads_history(s):
         rt.history_store(s)  # now, so that a note about a damaged store is shown before generating
     return rt

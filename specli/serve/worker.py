@@ -83,6 +83,7 @@ class Worker:
         self._ids = itertools.count(1)
         self._mean_s = 5.0  # mean job time, for Retry-After (updated as jobs end)
         self._saved_at = time.monotonic()
+        self._draft_note = ""  # what auto drafts with (runtime.draft_choice), until an answer has carried it
         self._thread = threading.Thread(target=self._main, name="specli-generation", daemon=True)
 
     # -- the HTTP side ----------------------------------------------------------------
@@ -194,6 +195,7 @@ class Worker:
     def _main(self) -> None:
         try:
             self.rt = open_runtime(self.settings, recalibrate=self.recalibrate, n_seq=self.parallel, decode_thread=True)
+            self._draft_note = self.rt.draft_note  # said once more, in the first answer's specli.notes
             self.rt.learn_across = True  # each request starts from what the earlier ones showed
             self.rt.defer_context_costs = True  # ready in seconds at any context: see Runtime
             if self.settings.drafter == "auto" and (self.recalibrate or not self.rt.calibration_stored()):
@@ -416,6 +418,8 @@ class Worker:
             text, found = calls.outcome(text)
         ended = finish_of(finish, bool(found), stop_string)
         notes = structure.notes + structure.problems(text, found) if structure is not None else []
+        if self._draft_note:
+            notes, self._draft_note = [self._draft_note, *notes], ""
         job.push(Outcome(text, ended, counters, finish, queue_s, tokens if o.return_tokens else None, found, use,
                          lps + pending if lps is not None else None, stop_string, notes))
         return counters, finish, notes
