@@ -71,9 +71,16 @@ def allowing(elsewhere: str) -> Iterator[ServeProcess]:
 
 
 def counters(srv: ServeProcess, headers: dict[str, str] | None = None) -> list[str]:
-    status, _, data = http("GET", srv.base + "/metrics", headers=headers)
-    assert status == 200, data[:300]
-    return [m.group(0) for m in COUNTERS.finditer(data.decode())]
+    """The request and token counters, once no request runs (a job's record is counted
+    after its answer is sent, before its slot is free)."""
+    deadline = time.monotonic() + 120
+    while True:
+        status, _, data = http("GET", srv.base + "/metrics", headers=headers)
+        assert status == 200, data[:300]
+        text = data.decode()
+        if re.search(r"^specli:requests_running 0(\.0)?$", text, re.M) or time.monotonic() > deadline:
+            return [m.group(0) for m in COUNTERS.finditer(text)]
+        time.sleep(0.1)
 
 
 def openai_error(data: bytes) -> dict[str, Any]:
@@ -113,6 +120,10 @@ def test_policy_from_the_flags() -> None:
     for host, ok in [("localhost:8080", True), ("LOCALHOST.:8080", True), ("[::1]:8080", True), ("127.0.0.1", True),
                      ("evil.example:8080", False), ("127.0.0.1.evil.example", False), (None, True)]:
         assert security.host_allowed(host, local) is ok, host
+    # the address a connection arrived at is a name of the server: an address cannot be rebound
+    assert security.host_allowed("192.168.1.5:8080", local, "192.168.1.5")
+    assert security.host_allowed("[fd00::1]:8080", local, "fd00::1")
+    assert not security.host_allowed("evil.example", local, "192.168.1.5")
     own = "127.0.0.1:8080"
     assert security.origin_allowed("http://127.0.0.1:8080", own, local)
     assert not security.origin_allowed("http://127.0.0.1:3000", own, local)  # another local page: refused

@@ -3,8 +3,9 @@ checks before any route runs, in this order (`SecurityMiddleware`):
 
 - Host (`host_allowed`): a page whose domain an attacker rebinds to 127.0.0.1 (DNS
   rebinding) sends its own name as Host; only the server's names pass (localhost,
-  127.0.0.1, [::1], the bound --host, --allowed-hosts). Bound to 0.0.0.0 or :: without
-  --allowed-hosts, any Host passes (and `exposure_warning` says so at start).
+  127.0.0.1, [::1], the bound --host, --allowed-hosts, the address the connection
+  arrived at). Bound to 0.0.0.0 or :: without --allowed-hosts, any Host passes (and
+  `exposure_warning` says so at start).
 - Origin (`origin_allowed`): a request without Origin is no browser's and passes; with
   one, only the page's own origin (`same_origin`) and those --cors-origins allows.
 - CORS: a preflight (OPTIONS with Access-Control-Request-Method) from an allowed origin
@@ -134,9 +135,14 @@ def bind_name(bind: str) -> str:
     return f"[{bind}]" if ":" in bind and not bind.startswith("[") else bind
 
 
-def host_allowed(host: str | None, p: Policy) -> bool:
-    """Whether a request with this Host header is served (none: no browser sent it)."""
-    return host is None or p.hosts is None or split_host(host)[0] in p.hosts
+def host_allowed(host: str | None, p: Policy, arrived: str | None = None) -> bool:
+    """Whether a request with this Host header is served (none: no browser sent it). The
+    address the connection `arrived` at is a name of the server too: a page can rebind a
+    domain name, never an address."""
+    if host is None or p.hosts is None:
+        return True
+    name = split_host(host)[0]
+    return name in p.hosts or (arrived is not None and name == bind_name(arrived))
 
 
 # -- Origin -----------------------------------------------------------------------------------
@@ -240,7 +246,8 @@ class SecurityMiddleware:
     def check(self, scope: Scope, headers: Headers) -> ApiError | None:
         """The refusal a request gets before any route runs, or None."""
         host, origin = headers.get("host"), headers.get("origin")
-        if not host_allowed(host, self.policy):
+        server = scope.get("server")
+        if not host_allowed(host, self.policy, str(server[0]) if server else None):
             names = sorted(self.policy.hosts or ())
             return errors.foreign_host(split_host(host or "")[0], names)
         if origin is not None and not origin_allowed(origin, host, self.policy):
