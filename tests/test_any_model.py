@@ -137,8 +137,8 @@ def test_serve_chat_completions_and_messages_equal_plain(family_server: tuple[st
     if target == GEMMA:
         return
     a = anthropic.Anthropic(base_url=srv.base, api_key="none", max_retries=0, timeout=300)
-    msgs = [a.messages.create(model=target, max_tokens=24, temperature=0, messages=messages,  # type: ignore[arg-type]
-                              extra_body={"specli": {"drafter": d}}) for d in ("none", "auto")]
+    msgs = [a.messages.create(model=target, max_tokens=24, messages=messages,  # type: ignore[arg-type]
+                              extra_body={"temperature": 0, "specli": {"drafter": d}}) for d in ("none", "auto")]
     assert msgs[0].content[0].text == msgs[1].content[0].text == plain  # type: ignore[union-attr]
 
 
