@@ -12,7 +12,7 @@ what=${1:-all}
 out=${OUT_DIR:-bench-results}
 n=${MAX_TOKENS:-128}
 mkdir -p "$out"
-run() { local name=$1; shift; specli bench --max-tokens "$n" --json "$out/$name.json" --markdown "$out/$name.md" "$@"; }
+run() { local name=$1; shift; specli bench --max-tokens "$n" --ctx "${CTX:-2048}" --json "$out/$name.json" --markdown "$out/$name.md" "$@"; }
 suites=(--suite all --categories code,edit,chat --limit "${LIMIT:-2}")
 case $what in cross|all)
   run cross-smollm-for-qwen --target qwen2.5-coder-1.5b-instruct-q4_k_m --draft smollm2-135m-instruct-q4_1 \

@@ -78,8 +78,11 @@ def test_generate_default_and_cross_family_drafts_equal_plain(family: str) -> No
 
 
 def answers(output: str) -> list[str]:
-    """A chat transcript's answers: what follows each prompt mark up to its statistics."""
-    return [m.strip() for m in re.findall(r"> (.*?)\n\d+ tokens,", output, flags=re.S)]
+    """A chat transcript's answers: what follows each prompt mark up to its statistics,
+    without the lines specli says meanwhile (a first use's measurement, notes)."""
+    found = re.findall(r"> (.*?)\n\d+ tokens,", output, flags=re.S)
+    return ["\n".join(line for line in m.splitlines() if not line.startswith(("specli: ", "note: "))).strip()
+            for m in found]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

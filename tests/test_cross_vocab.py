@@ -90,6 +90,10 @@ def test_greedy_output_is_the_targets_and_the_cache_follows_the_text(qwen: Model
     text = qwen.vocab.detokenize(spec.tokens[:-1]).encode()
     held = b"".join(smol.vocab.piece(t) for t in smol.tokens[n_prompt:])
     assert text.startswith(held[: len(text) - 16]) and len(held) > len(text) // 2
+    # auto prices it per target token proposed: the draft steps' time, spread over them
+    drafter.begin(prompt)
+    d = drafter.propose(prompt + spec.tokens[:8], 4)
+    assert len(drafter.step_seconds) == max(1, len(d.tokens)) and sum(drafter.step_seconds) > 0
 
 
 def test_qwen_drafts_for_gemma_greedy_equal() -> None:

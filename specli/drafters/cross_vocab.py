@@ -25,7 +25,7 @@ from specli.engine.grammar import Constraint
 from specli.engine.prefill import common_prefix_len
 from specli.types import Draft, Drafter, LanguageModel, VocabInfo
 
-EXTRA_DRAFT_STEPS = 2  # draft tokens beyond k: the last target token is dropped, some tokens are shorter
+EXTRA_DRAFT_STEPS = 1  # a draft token beyond k: the last target token is left out
 
 
 class TokenText(Protocol):
@@ -197,7 +197,12 @@ class CrossVocabDrafter(Drafter):
         logits = m.decode(pending, [len(pending) - 1])[0]
         self.catch_up_seconds = m.decode_seconds - t0
         drafted, ended = self._draft(logits, k + EXTRA_DRAFT_STEPS)
-        return Draft(self._target_tokens(drafted, ended, k), None, self.name)
+        tokens = self._target_tokens(drafted, ended, k)
+        # auto prices a draft model per token it proposes: the draft steps' time spread over the
+        # target tokens they gave (more draft steps than target tokens; all of it where none)
+        spent = sum(self.step_seconds)
+        self.step_seconds = [spent / len(tokens)] * len(tokens) if tokens else [spent]
+        return Draft(tokens, None, self.name)
 
     def _draft(self, logits: np.ndarray, n: int) -> tuple[bytes, bool]:
         """Up to n greedy draft tokens: their bytes, and whether the draft ended its turn."""
