@@ -109,6 +109,12 @@ def _kv_bytes_per_token(handle: Any, arch: str) -> int:
     return n_layer * n_head_kv * (k_len + v_len) * 2
 
 
+def rolls_back(model_ptr: Any) -> bool:
+    """Whether rejected draft tokens can be dropped from a loaded model's memory: not from
+    a recurrent state (Mamba, RWKV) or a hybrid one, so those are never drafted for."""
+    return not (llama_cpp.llama_model_is_recurrent(model_ptr) or llama_cpp.llama_model_is_hybrid(model_ptr))
+
+
 def available_memory() -> int | None:
     """MemAvailable in bytes (Linux), else None."""
     try:

@@ -20,7 +20,7 @@ import numpy as np
 
 from specli.backend import bounded, decoder
 from specli.backend.features import ModelFeatures
-from specli.backend.info import ModelFile
+from specli.backend.info import ModelFile, rolls_back
 from specli.backend.lib import last_log_error
 from specli.backend.loader import check_gguf_header, load_model_ptr, meta_str
 from specli.backend.model_text import ModelText
@@ -78,8 +78,7 @@ class Model(ModelText, ModelFeatures):
         self.name = meta_str(self._model, "general.name") or self.path.stem
         self.n_params = int(llama_cpp.llama_model_n_params(self._model))
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
-        # a recurrent state (Mamba, RWKV, hybrids) cannot drop rejected draft tokens: no speculation
-        self.rolls_back = not (llama_cpp.llama_model_is_recurrent(self._model) or llama_cpp.llama_model_is_hybrid(self._model))
+        self.rolls_back = rolls_back(self._model)
         tmpl = llama_cpp.llama_model_chat_template(self._model, None)
         self.chat_template: str | None = tmpl.decode("utf-8") if tmpl else None
 
