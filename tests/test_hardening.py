@@ -103,7 +103,8 @@ def test_incompatible_pair_refused_before_weights_load(monkeypatch: pytest.Monke
     model_file(QWEN_TARGET)
     loaded: list[object] = []
     monkeypatch.setattr(runtime, "Model", lambda *a, **k: loaded.append(a))
-    s = profiles.resolve_settings(None, {"target": QWEN_TARGET, "draft": SMOL, "drafter": "draft"})
+    s = profiles.resolve_settings(None, {"target": QWEN_TARGET, "draft": SMOL, "drafter": "draft",
+                                         "draft_pairing": "strict"})  # cross (the default) drafts text instead
     with pytest.raises(PairError, match="differ"):
         runtime.open_runtime(s)
     assert loaded == []

@@ -104,7 +104,7 @@ def test_describe_fields_and_settings_to_dict() -> None:
 
 
 def test_reload_keys_are_the_model_and_runtime_settings() -> None:
-    assert {"target", "draft", "verify", "ctx", "n_batch", "threads", "n_gpu_layers",
+    assert {"target", "draft", "draft_pairing", "verify", "ctx", "n_batch", "threads", "n_gpu_layers",
                            "draft_n_gpu_layers", "main_gpu", "tensor_split", "flash_attn", "kv_type",
                            "rpc", "draft_rpc", "rpc_timeout", "heads"} == RELOAD_KEYS
     assert not RELOAD_KEYS & {"drafter", "draft_max", "draft_p_min", "temperature", "max_tokens", "stop"}
@@ -498,7 +498,7 @@ def test_shipped_profiles_validate(name: str) -> None:
 
 def test_shipped_profile_values() -> None:
     d = resolve_settings("default")
-    assert (d.target, d.draft) == ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
+    assert (d.target, d.draft) == ("qwen2.5-coder-1.5b-instruct-q4_k_m", "auto")  # auto: the 0.5B, by draft_choice
     assert (d.drafter, d.draft_max, d.draft_p_min) == ("auto", 64, 0.5)
     g = resolve_settings("gpu")
     assert (g.n_gpu_layers, g.draft_n_gpu_layers, g.draft_max, g.draft_p_min, g.flash_attn) == (
