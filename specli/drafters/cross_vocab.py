@@ -58,6 +58,15 @@ def complete_utf8(data: bytes | bytearray) -> int:
     return n
 
 
+def spelled_prefix(text: bytes | bytearray, pieces: Sequence[bytes], n: int = 0, at: int = 0) -> tuple[int, int]:
+    """How many of `pieces`, from the n-th (whose bytes start at `at`), go on spelling
+    `text` byte for byte, and where the last of them ends: (count, byte offset)."""
+    while n < len(pieces) and text[at:at + len(pieces[n])] == pieces[n]:
+        at += len(pieces[n])
+        n += 1
+    return n, at
+
+
 class TextTokens:
     """One tokenizer's side of the text: bytes to tokens and back, the space some
     SentencePiece vocabularies put before a text's first word undone."""
@@ -164,10 +173,7 @@ class CrossVocabDrafter(Drafter):
         (whole characters) tokenized for the draft. Returns the tokens to decode. Only
         what changed since the last call is looked at: the text only grows."""
         text = self._text
-        keep, at = self._checked
-        while keep < len(self._gen) and text[at:at + len(self._gen_bytes[keep])] == self._gen_bytes[keep]:
-            at += len(self._gen_bytes[keep])
-            keep += 1
+        keep, at = spelled_prefix(text, self._gen_bytes, *self._checked)
         del self._gen[keep:], self._gen_bytes[keep:]
         self._checked = (keep, at)
         end = complete_utf8(text)
@@ -232,12 +238,7 @@ class CrossVocabDrafter(Drafter):
         text = drafted[len(behind):]
         whole = complete_utf8(text)
         toks, pieces = self.target_text.tokens(text[:whole])
-        n_same = 0
-        at = 0
-        for piece in pieces:  # the target's tokens must spell the text back, byte for byte
-            if text[at:at + len(piece)] != piece:
-                break
-            n_same, at = n_same + 1, at + len(piece)
+        n_same, at = spelled_prefix(text, pieces)  # the target's tokens must spell the text back
         toks = toks[:n_same]
         if ended and at == len(text):
             toks.append(self.target_text.end_of_turn())

@@ -200,14 +200,19 @@ def measure(target: LanguageModel, draft: LanguageModel | None, context: Sequenc
     draft_ratio = 0.0
     if draft is not None:
         draft.rollback(0)
-        # a step's cost does not depend on which tokens: ids folded into a draft vocabulary of another size
-        draft.decode([t % draft.n_vocab for t in context])
-        _, d_times = _one_token_rows(draft, draft.n_past, [t % draft.n_vocab for t in filler[:8]])
+        draft.decode(draft_ids(draft, context))
+        _, d_times = _one_token_rows(draft, draft.n_past, draft_ids(draft, filler[:8]))
         draft_ratio = statistics.median(d_times) / t1
         draft.rollback(0)
     now = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return Calibration(t1, list(SIZES), ratios, draft_ratio, exact_batch_from(exact), max_diff, now, again,
                        machine.busy, asdict(machine))
+
+
+def draft_ids(draft: LanguageModel, tokens: Sequence[int]) -> list[int]:
+    """Target tokens as ids the draft model has: a step's cost does not depend on which
+    tokens, and a draft of another vocabulary (drafters.cross_vocab) may have fewer."""
+    return [t % draft.n_vocab for t in tokens]
 
 
 def measure_exact_batch(target: LanguageModel, context: Sequence[int]) -> int:

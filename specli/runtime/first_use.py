@@ -99,9 +99,8 @@ def measure_draft_ratio(target: LanguageModel, draft: LanguageModel, context: Se
         t1 = statistics.median(_one_token_rows(target, target.n_past, filler[:T1_AGAIN_ROWS])[1])
         target.rollback(0)
     draft.rollback(0)
-    # a step's cost does not depend on which tokens: ids folded into a draft vocabulary of another size
-    draft.decode([t % draft.n_vocab for t in context])
-    _, times = _one_token_rows(draft, draft.n_past, [t % draft.n_vocab for t in filler])
+    draft.decode(calibration.draft_ids(draft, context))
+    _, times = _one_token_rows(draft, draft.n_past, calibration.draft_ids(draft, filler))
     draft.rollback(0)
     return statistics.median(times) / t1
 
