@@ -22,10 +22,10 @@ from specli.cli import app
 from specli.drafters import LearnedDrafter
 from specli.engine import GenerationConfig, generate, run
 from specli.engine.sampling import probs_from_logits
+from specli.gguf import fingerprint
 from specli.heads import store
 from specli.heads.store import HeadsMismatch
 from specli.runtime import heads_training
-from specli.runtime.cache_files import fingerprint
 from specli.runtime.heads_online import OnlineHeads
 from specli.runtime.learned import LoadedHeads, load_heads
 from specli.types import SamplingParams

@@ -1,5 +1,6 @@
 """GGUF files, checked before llama.cpp sees them: the format's tables (format), bounded
-reads (reader), metadata cross-checks (checks) and `validate_gguf` (validate)."""
+reads (reader), metadata cross-checks (checks), `validate_gguf` (validate), writing one
+(writer) and what identifies a file cheaply (identity: `fingerprint`)."""
 
 from specli.gguf.format import (
     GGML_TYPES,
@@ -11,6 +12,7 @@ from specli.gguf.format import (
     GgufSummary,
     TensorInfo,
 )
+from specli.gguf.identity import fingerprint
 from specli.gguf.validate import validate_gguf
 
 __all__ = [
@@ -22,5 +24,6 @@ __all__ = [
     "GgufArray",
     "GgufSummary",
     "TensorInfo",
+    "fingerprint",
     "validate_gguf",
 ]

@@ -13,11 +13,11 @@ import numpy as np
 
 from specli.drafters import EagleDrafter, LearnedDrafter, MedusaDrafter
 from specli.errors import UsageError
+from specli.gguf import fingerprint
 from specli.heads import store as heads_store
 from specli.heads.blas import limit_blas_threads
 from specli.heads.eagle import EagleHead
 from specli.heads.weights import MedusaHeads
-from specli.runtime.cache_files import fingerprint
 from specli.types import SamplingParams
 
 LEARNED_DRAFTERS = ("medusa", "eagle")
