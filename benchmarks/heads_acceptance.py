@@ -19,9 +19,9 @@ from benchmarks.heads_speed import questions
 from specli import registry
 from specli.backend import LoadOptions, Model
 from specli.heads import store
+from specli.heads.data import answer_rows
 from specli.heads.eagle_train import evaluate_eagle
-from specli.heads.train import Rows, evaluate
-from specli.runtime.heads_data import answer_rows
+from specli.heads.medusa_train import Rows, evaluate
 
 
 def main() -> int:

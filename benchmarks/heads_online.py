@@ -28,9 +28,9 @@ from specli.backend import LoadOptions, Model
 from specli.drafters import EagleDrafter
 from specli.engine import GenerationConfig, generate
 from specli.heads.eagle_train import evaluate_eagle
-from specli.heads.train import Acceptance, Rows, evaluate
-from specli.runtime.heads_online import OnlineHeads
-from specli.runtime.learned import LoadedHeads, heads_folder, load_heads
+from specli.heads.loaded import LoadedHeads, heads_folder, load_heads
+from specli.heads.medusa_train import Acceptance, Rows, evaluate
+from specli.heads.online import OnlineHeads
 
 TABLES = [("orders", "id, customer_id, total, created_at"), ("customers", "id, name, country, signed_up"),
           ("products", "id, title, price, stock"), ("employees", "id, name, team, salary, hired"),

@@ -26,7 +26,7 @@ from specli.drafters import EagleDrafter, MedusaDrafter
 from specli.engine import GenerationConfig, run
 from specli.heads import store
 from specli.heads.blas import limit_blas_threads
-from specli.runtime.learned import heads_folder
+from specli.heads.loaded import heads_folder
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "spec_bench_question.jsonl"
 

@@ -22,11 +22,11 @@ import numpy as np
 from specli import registry
 from specli.backend import LoadOptions, Model
 from specli.heads import store
+from specli.heads.data import answer_rows
 from specli.heads.eagle_train import evaluate_eagle
+from specli.heads.loaded import heads_folder
+from specli.heads.medusa_train import Rows, evaluate
 from specli.heads.prompts import prompts
-from specli.heads.train import Rows, evaluate
-from specli.runtime.heads_data import answer_rows
-from specli.runtime.learned import heads_folder
 
 
 def rows_of(name: str, texts: list[str], max_new: int, threads: int) -> tuple[Rows, float]:

@@ -24,10 +24,10 @@ from specli.engine import GenerationConfig, generate, run
 from specli.engine.sampling import probs_from_logits
 from specli.gguf import fingerprint
 from specli.heads import store
+from specli.heads import training as heads_training
+from specli.heads.loaded import LoadedHeads, load_heads
+from specli.heads.online import OnlineHeads
 from specli.heads.store import HeadsMismatch
-from specli.runtime import heads_training
-from specli.runtime.heads_online import OnlineHeads
-from specli.runtime.learned import LoadedHeads, load_heads
 from specli.types import SamplingParams
 
 RECIPE = heads_training.Recipe(n_heads=3, vocab=1024, rows=1500, epochs=3, max_new=120)

@@ -12,12 +12,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "specli"
 # package -> packages it must never import (at module level or inside a function)
 FORBIDDEN = {
-    "engine": {"drafters", "runtime", "cli", "bench", "serve", "backend", "history", "registry", "profiles"},
-    "drafters": {"runtime", "cli", "bench", "serve", "backend", "registry", "profiles"},
-    "heads": {"engine", "drafters", "history", "runtime", "cli", "bench", "serve", "backend", "registry", "profiles"},
-    "history": {"engine", "drafters", "runtime", "cli", "bench", "serve", "backend"},
+    "engine": {"drafters", "heads", "runtime", "cli", "bench", "serve", "backend", "history", "registry", "profiles"},
+    "drafters": {"heads", "runtime", "cli", "bench", "serve", "backend", "registry", "profiles"},
+    # runtime -> heads -> (drafters, engine, backend, history): the learned drafters' unit
+    "heads": {"runtime", "cli", "bench", "serve", "registry", "profiles"},
+    "history": {"engine", "drafters", "heads", "runtime", "cli", "bench", "serve", "backend"},
     "runtime": {"cli", "bench", "serve"},
-    "backend": {"engine", "drafters", "runtime", "cli", "bench", "serve"},
+    "backend": {"engine", "drafters", "heads", "runtime", "cli", "bench", "serve"},
     "bench": {"cli", "serve"},
     "serve": {"cli", "bench"},
 }

@@ -44,7 +44,7 @@ def heads_train(
     threads: ThreadsOpt = None,
 ) -> None:
     """Train heads for a target on its own rows; Ctrl-C stops, the same command resumes."""
-    from specli.runtime import heads_training
+    from specli.heads import training as heads_training
 
     for f in data or []:
         if not f.is_file():
@@ -135,7 +135,7 @@ def heads_rm(folder: Annotated[str, typer.Argument(help="A folder `specli heads 
 @guarded
 def heads_eval(target: TargetOpt = None, threads: ThreadsOpt = None, as_json: JsonOpt = False) -> None:
     """Held-out acceptance per head, tau, the draft cost in plain steps and the break-even."""
-    from specli.runtime import heads_eval as he
+    from specli.heads import evaluate as he
 
     name, path = _target(target)
     t0 = time.perf_counter()

@@ -3,8 +3,8 @@
 from specli.drafters.auto import AutoDrafter, Learned
 from specli.drafters.cross_vocab import CrossVocabDrafter
 from specli.drafters.draft_model import DraftModelDrafter
+from specli.drafters.heads import EagleDrafter, LearnedDrafter, MedusaDrafter
 from specli.drafters.hybrid import HybridDrafter
-from specli.drafters.learned import EagleDrafter, LearnedDrafter, MedusaDrafter
 from specli.drafters.ngram import NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
 

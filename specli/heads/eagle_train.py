@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specli.heads.eagle import EagleHead
-from specli.heads.train import Acceptance, Rows, head_labels
+from specli.heads.medusa_train import Acceptance, Rows, head_labels
 
 FEATURE_WEIGHT = 1.0  # the feature loss beside the token's
 NOISE = 0.1  # input features' noise, in units of their own standard deviation

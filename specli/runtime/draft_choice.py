@@ -13,10 +13,10 @@ from specli import registry
 from specli.backend import ModelFile, read_model_file
 from specli.errors import ModelError, PairError, SpecliError, UsageError
 from specli.gguf import GgufSummary, validate_gguf
+from specli.heads.loaded import has_heads
 from specli.profiles import Settings, needs_draft_model
 from specli.profiles.settings import NEEDS_DRAFT_MODEL
 from specli.registry.lookup import LocalModel, local_models
-from specli.runtime.learned import has_heads
 from specli.runtime.pair import MAX_VOCAB_DIFF, check_pair
 
 AUTO = "auto"

@@ -37,13 +37,13 @@ from specli.drafters.auto.costs import DRIFT, CostModel, interpolate
 from specli.engine import GenerationConfig
 from specli.engine.adjust import Adjust
 from specli.errors import ModelError, SpecliError, UsageError
+from specli.heads.loaded import LEARNED_DRAFTERS, LoadedHeads, has_heads, heads_folder, load_heads
+from specli.heads.online import OnlineHeads, Round
 from specli.history import HistoryStore, SuffixIndex
 from specli.profiles import Settings, reads_history
 from specli.runtime import calibration, first_use, prompting
 from specli.runtime.calibration import CONTEXT_SIZES, Calibration
 from specli.runtime.draft_choice import choose
-from specli.runtime.heads_online import OnlineHeads, Round
-from specli.runtime.learned import LEARNED_DRAFTERS, LoadedHeads, has_heads, heads_folder, load_heads
 from specli.types import Drafter
 
 

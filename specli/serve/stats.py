@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specli.engine import metrics
-from specli.runtime.heads_online import OnlineHeads
+from specli.heads.online import OnlineHeads
 from specli.runtime.prompt_cache import CacheStats
 from specli.runtime.slots import SlotStats
 from specli.serve.jobs import RequestRecord

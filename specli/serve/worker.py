@@ -24,10 +24,10 @@ from specli.engine import generate, metrics
 from specli.engine.adjust import Adjust
 from specli.engine.grammar import Constraint, tokenizer_for
 from specli.errors import SpecliError
+from specli.heads.online import OnlineHeads, Round
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime
 from specli.runtime.fim import EDITOR_STOPS, EditorText
-from specli.runtime.heads_online import OnlineHeads, Round
 from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors

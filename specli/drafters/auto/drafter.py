@@ -13,7 +13,7 @@ from specli.drafters.auto.policy import AcceptanceStats, Choice, Ledger, choose
 from specli.drafters.auto.split import expected_gains
 from specli.drafters.cross_vocab import CrossVocabDrafter
 from specli.drafters.draft_model import DraftModelDrafter
-from specli.drafters.learned import LearnedDrafter
+from specli.drafters.heads import LearnedDrafter
 from specli.drafters.ngram import PREDICTION, NgramDrafter
 from specli.drafters.suffix import SuffixDrafter
 from specli.engine.grammar import Constraint

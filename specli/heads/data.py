@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from specli.backend import Model
+from specli.heads.medusa_train import Rows
 from specli.heads.prompts import prompts
-from specli.heads.train import Rows
 from specli.history.store import documents
 
 WINDOW = 1024  # tokens of context a text is read in

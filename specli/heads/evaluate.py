@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from specli.backend import LoadOptions, Model
+from specli.heads import data as heads_data
 from specli.heads.eagle_train import evaluate_eagle
-from specli.heads.train import Acceptance, evaluate
-from specli.runtime import heads_data
-from specli.runtime.learned import heads_folder, load_heads, median_seconds
+from specli.heads.loaded import heads_folder, load_heads, median_seconds
+from specli.heads.medusa_train import Acceptance, evaluate
 
 CONTEXT = 256  # tokens decoded before the steps are timed
 REPEATS = 9

@@ -1,10 +1,12 @@
-"""Learned drafters: trained heads draft from the target's own last hidden state, with
-no forward pass of any model.
+"""The learned drafters (Medusa heads and the EAGLE-style feature drafter): trained
+weights draft from the target's own last hidden state, with no forward pass of any model.
+The weights, their training and their loading are specli.heads'; this module reads them
+through the protocols below, so drafters never import heads.
 
 The hidden state is the row of the target's last verify batch (or first-token decode)
 whose logits gave the token not yet decoded: read from the target (features on).
 - `MedusaDrafter`: head i's argmax (or a draw) for position i + 2, all from that state.
-- `EagleDrafter`: a feature drafter (heads.eagle) fed that state and the token after
+- `EagleDrafter`: the feature drafter (heads.eagle) fed that state and the token after
   it, then its own guesses, one token at a time.
 Sampled drafts carry each token's q, the sampler's chain applied to the drafter's
 logits over the reduced vocabulary (zero outside it), drawn given the tokens drafted
@@ -20,8 +22,6 @@ from typing import Protocol
 import numpy as np
 
 from specli.engine.sampling import probs_from_logits, sample
-from specli.heads.eagle import EagleHead
-from specli.heads.weights import MedusaHeads
 from specli.types import Draft, Drafter, SamplingParams
 
 Pick = Callable[[np.ndarray], int]  # a row of reduced-vocabulary logits -> the token drafted
@@ -31,6 +31,25 @@ class Features(Protocol):
     """What the heads read of the target (backend.Model and its slots, features on)."""
 
     def hidden_at(self, pos: int) -> np.ndarray | None: ...
+
+
+class ChainHeads(Protocol):
+    """Medusa heads as they draft (heads.weights.MedusaHeads)."""
+
+    vocab: np.ndarray  # the reduced vocabulary: target token ids
+
+    @property
+    def n_heads(self) -> int: ...
+
+    def chain_logits(self, h: np.ndarray, k: int) -> np.ndarray: ...
+
+
+class FeatureHead(Protocol):
+    """The feature drafter as it drafts (heads.eagle.EagleHead)."""
+
+    vocab: np.ndarray
+
+    def chain_logits(self, h: np.ndarray, token: int, k: int, pick: Pick | None = None) -> list[np.ndarray]: ...
 
 
 class LearnedDrafter(Drafter):
@@ -98,7 +117,7 @@ class LearnedDrafter(Drafter):
 class MedusaDrafter(LearnedDrafter):
     name = "medusa"
 
-    def __init__(self, heads: MedusaHeads, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
+    def __init__(self, heads: ChainHeads, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
                  sample_draft: bool = True, prior: float = 0.3) -> None:
         super().__init__(target, n_vocab, sampling, sample_draft, prior)
         self.heads, self.vocab, self.n_heads = heads, heads.vocab, heads.n_heads
@@ -111,7 +130,7 @@ class MedusaDrafter(LearnedDrafter):
 class EagleDrafter(LearnedDrafter):
     name = "eagle"
 
-    def __init__(self, head: EagleHead, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
+    def __init__(self, head: FeatureHead, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
                  sample_draft: bool = True, prior: float = 0.3, n_heads: int = 4) -> None:
         super().__init__(target, n_vocab, sampling, sample_draft, prior)
         self.head, self.vocab, self.n_heads = head, head.vocab, n_heads

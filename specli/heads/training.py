@@ -22,13 +22,13 @@ import numpy as np
 from specli.backend import LoadOptions, Model, build_id
 from specli.errors import UsageError
 from specli.gguf import fingerprint
+from specli.heads import data as heads_data
 from specli.heads import store
 from specli.heads.eagle import EagleHead
 from specli.heads.eagle_train import PARAMS as EAGLE_PARAMS
 from specli.heads.eagle_train import EagleTrainer, evaluate_eagle, examples
-from specli.heads.train import Acceptance, Adam, Rows, Trainer, evaluate
+from specli.heads.medusa_train import Acceptance, Adam, Rows, Trainer, evaluate
 from specli.heads.weights import MedusaHeads, fit_lm_head, vocab_index
-from specli.runtime import heads_data
 
 STATE_FILE = "state.npz"
 EAGLE_STATE = "eagle-state.npz"

@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from specli.drafters.learned import Features
+from specli.drafters.heads import Features
 from specli.engine.text import StepEvent
 from specli.heads import store
 from specli.heads.eagle import EagleHead
 from specli.heads.eagle_train import EagleTrainer, evaluate_eagle
-from specli.heads.train import Adam, Rows, Trainer, evaluate
+from specli.heads.loaded import LoadedHeads
+from specli.heads.medusa_train import Adam, Rows, Trainer, evaluate
 from specli.heads.weights import MedusaHeads, vocab_index
-from specli.runtime.learned import LoadedHeads
 
 HELD_OUT_EVERY = 10  # documents: every tenth is held out
 MAX_ROWS = 32_768  # training rows kept (the newest); held-out rows keep a tenth of that
