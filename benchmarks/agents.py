@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.agent_proxy import Proxy, summarize
+from harness.agent_proxy import Proxy, summarize
 from specli import profiles, registry
 from specli.bench.peers import binaries_dir
 from specli.bench.servers import LlamaServer, Server, SpecliServer

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.processes import rss_mib
+from harness.processes import rss_mib
 from specli.history import HistoryStore, SuffixIndex
 
 VOCAB = 151_936  # Qwen-sized vocabulary

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import http
+from harness.processes import http
 from specli.bench.peers import binaries_dir
 from specli.bench.servers import LlamaServer, Server, SpecliServer
 from specli.registry import resolve

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import rss_mib
+from harness.processes import rss_mib
 
 CHAT_LINES = [
     "Hi! How are you today?",

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import serve_workloads as wl
+from harness import serve_workloads as wl
 from specli import profiles
 from specli.engine import GenerationConfig, run
 from specli.runtime import open_runtime

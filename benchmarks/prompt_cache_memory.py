@@ -22,7 +22,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import ServeProcess, http, rss_mib
+from harness.processes import ServeProcess, http, rss_mib
 
 SMOL = "smollm2-135m-instruct-q4_1"
 

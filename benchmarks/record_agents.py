@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.agent_recorder import MODEL, TEXT, RecorderServer, decoded, session
 from benchmarks.agents import AGENTS, CALC, codex_entry, install
+from harness.agent_recorder import MODEL, TEXT, RecorderServer, decoded, session
 
 ROOT = Path(__file__).resolve().parent.parent  # where `python -m benchmarks.record_agents` finds the package
 FIXTURE_AGENT = {"claude": "claude-code", "opencode": "opencode", "codex": "codex"}

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import http
+from harness.processes import http
 from specli.bench.peers import binaries_dir
 from specli.bench.servers import LlamaServer
 from specli.registry import resolve

@@ -10,7 +10,7 @@ import argparse
 import subprocess
 import time
 
-from benchmarks.processes import free_port, rss_mib, start_rpc_server, stop_process
+from harness.processes import free_port, rss_mib, start_rpc_server, stop_process
 from specli import profiles
 from specli.engine import generate
 from specli.runtime import open_runtime

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import serve_workloads as wl
-from benchmarks.processes import ServeProcess
+from harness import serve_workloads as wl
+from harness.processes import ServeProcess
 from specli import profiles, registry
 from specli.bench.peers import binaries_dir
 from specli.bench.servers import LlamaServer, stream_chat

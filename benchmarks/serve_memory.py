@@ -14,7 +14,7 @@ import json
 import tempfile
 from http.client import HTTPConnection
 
-from benchmarks.processes import ServeProcess, http
+from harness.processes import ServeProcess, http
 
 TOPICS = ["rivers", "prime numbers", "bicycles", "volcanoes", "tea", "the moon", "sorting", "owls"]
 

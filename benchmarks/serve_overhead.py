@@ -17,7 +17,7 @@ import argparse
 import statistics
 import tempfile
 
-from benchmarks.processes import ServeProcess
+from harness.processes import ServeProcess
 from specli import profiles
 from specli.bench.servers import stream_chat
 from specli.bench.suites import suite

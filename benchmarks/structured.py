@@ -22,8 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import ServeProcess
 from benchmarks.serve import LlamaServer, result, stream_chat
+from harness.processes import ServeProcess
 from specli import profiles, registry
 from specli.bench.peers import binaries_dir
 

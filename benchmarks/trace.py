@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import ServeProcess
+from harness.processes import ServeProcess
 from specli import profiles, registry
 from specli.bench.peers import binaries_dir
 from specli.bench.servers import LlamaServer, stream_chat

@@ -17,7 +17,7 @@ import json
 import statistics
 from typing import Any
 
-from benchmarks.processes import running
+from harness.processes import running
 from specli import registry
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

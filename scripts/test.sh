@@ -12,6 +12,6 @@ if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id 
     || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; } \
     || echo "chromium could not be installed: the browser tests will skip" >&2
 fi
-ruff check specli tests benchmarks scripts
+ruff check specli tests benchmarks harness scripts
 mypy specli
 SPECLI_REQUIRE_MODELS=1 python -m pytest -q "$@"

@@ -16,7 +16,7 @@ import pytest
 from conftest import GEMMA, QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
 from typer.testing import CliRunner
 
-from benchmarks.processes import ServeProcess
+from harness.processes import ServeProcess
 from specli.backend import read_model_file
 from specli.cli import app
 from specli.registry.lookup import local_models

@@ -177,7 +177,7 @@ def test_a_server_drafts_with_the_heads(trained: heads_training.Trained) -> None
     server's plain decoding, with tokens the feature drafter drafted and the target kept."""
     import openai
 
-    from benchmarks.processes import running
+    from harness.processes import running
 
     questions = ["A farmer has 23 sheep and buys 14 more. How many now?", "Write two lines about the sea."]
     with running(["--target", SMOL, "--draft", "none", "--drafter", "eagle", "--ctx", "2048", "--exact"]) as srv:
@@ -200,7 +200,7 @@ def test_a_server_learns_the_heads_online(trained: heads_training.Trained, tmp_p
     it is idle, told in its log and /metrics; its answers stay its plain decoding's."""
     import openai
 
-    from benchmarks.processes import http, running
+    from harness.processes import http, running
 
     folder = tmp_path / trained.folder.name  # adopted weights are saved: the other tests keep theirs
     shutil.copytree(trained.folder, folder, ignore=shutil.ignore_patterns("data", "*state*"))

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks.processes import default_sigint, free_port, start_rpc_server, stop_process
+from harness.processes import default_sigint, free_port, start_rpc_server, stop_process
 from specli import profiles
 from specli.cli import app
 from specli.errors import EXIT_RPC, ProfileError

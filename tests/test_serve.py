@@ -14,7 +14,7 @@ import pytest
 from conftest import SMOL, model_file
 from typer.testing import CliRunner
 
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
 
 openai = pytest.importorskip("openai")
 

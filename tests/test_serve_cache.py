@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import SMOL, model_file
 
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
 
 openai = pytest.importorskip("openai")
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import QWEN_DRAFT, model_file
 
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
 
 MODEL = QWEN_DRAFT  # a coder with FIM tokens: the same server answers /infill
 CTX = 256

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import QWEN_DRAFT, model_file
 
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
 from specli.bench.fim_tasks import fim_holes, passes
 
 ARGS = ["--target", QWEN_DRAFT, "--draft", "none", "--drafter", "ngram", "--ctx", "4096", "--parallel", "1"]

@@ -20,7 +20,7 @@ import pytest
 from conftest import SMOL, model_file
 from test_web_page import browser  # noqa: F401  (the fixture: Debian's Chromium, skipped or required as there)
 
-from benchmarks.processes import ServeProcess, free_port, http, running
+from harness.processes import ServeProcess, free_port, http, running
 from specli.serve import security
 
 KEY = "security-test-key-7d1e"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from conftest import SMOL, model_file
 
-from benchmarks.clients import divergence_gap, slot_noise
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
+from harness.slots import divergence_gap, slot_noise
 from specli.backend import LoadOptions, Model
 
 openai = pytest.importorskip("openai")

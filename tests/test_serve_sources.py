@@ -14,7 +14,7 @@ import openai
 import pytest
 from conftest import QWEN_DRAFT, model_file
 
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
 
 MODEL = QWEN_DRAFT  # a coder: the same server answers /infill
 ASK = "Repeat exactly, three times, one per line: the quick brown fox jumps over the lazy dog"

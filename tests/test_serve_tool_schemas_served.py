@@ -15,7 +15,7 @@ import pytest
 from conftest import QWEN_DRAFT, model_file
 from test_serve_tool_schemas import suite_groups
 
-from benchmarks.processes import ServeProcess, running
+from harness.processes import ServeProcess, running
 from specli.serve.schemas import served_arguments
 
 openai = pytest.importorskip("openai")

@@ -14,7 +14,7 @@ import pytest
 from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
 from conftest import total_variation as tv
 
-from benchmarks.clients import divergence_gap, slot_noise
+from harness.slots import divergence_gap, slot_noise
 from specli.backend import LoadOptions, Model
 from specli.backend.sequence import SeqModel, share_cells
 from specli.drafters import DraftModelDrafter, NgramDrafter

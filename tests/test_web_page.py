@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import SMOL, model_file
 
-from benchmarks.processes import ServeProcess, http, running
+from harness.processes import ServeProcess, http, running
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # a closed network: no background fetches, no GPU, a new profile per browser
