@@ -5,7 +5,7 @@ target, on small repository tasks, both greedy (the agents send no temperature):
 
 Installs pinned Claude Code, opencode and Codex from npm into the user cache folder, starts both
 servers, and runs each client on each task through a pass-through proxy that reads what
-the servers answered (benchmarks.agent_proxy). Per client, server and task: done or not
+the servers answered (harness.agent_proxy). Per client, server and task: done or not
 (the task's own check of the files or the answer), wall time, requests, prompt tokens
 prefilled and read from a cache, decode tok/s, the first answer's time. With --restart
 each server is started again (specli's prompt cache on disk kept) and every task runs

@@ -28,7 +28,7 @@ codex-freeform (a model catalog entry with the freeform apply_patch tool, made f
 agent's own gpt-5.5 entry and the base instructions the codex run sent); opencode.
 Fixtures are named `<agent>-<version>-<n>-<kind>.json`; the raw log of each run, the
 agent's output and its exit code stay in the scratch folder (--scratch, /tmp/agentrec).
-The stand-in server is benchmarks.agent_recorder. Runs in the project's venv (it imports
+The stand-in server is harness.agent_recorder. Runs in the project's venv (it imports
 benchmarks.agents), Linux."""
 
 from __future__ import annotations
