@@ -13,15 +13,14 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks.heads_speed import questions
 from specli import registry
 from specli.backend import LoadOptions, Model
 from specli.heads import store
 from specli.heads.data import answer_rows
 from specli.heads.eagle_train import evaluate_eagle
-from specli.heads.medusa_train import Rows, evaluate
+from specli.heads.medusa_train import evaluate
+from specli.heads.rows import Rows
 
 
 def main() -> int:
@@ -37,10 +36,9 @@ def main() -> int:
     t0 = time.perf_counter()
     parts = []
     m.set_features(True)
-    for i, text in enumerate(questions(args.categories.split(","), args.limit)):
-        toks, hidden, top = answer_rows(m, m.chat_tokens([{"role": "user", "content": text}]), args.max_new)
-        parts.append(Rows(hidden, top, np.full(len(top), i, np.int32), toks))
-    rows = Rows(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("hidden", "top", "doc", "token")))
+    for text in questions(args.categories.split(","), args.limit):
+        parts.append(Rows.document(*answer_rows(m, m.chat_tokens([{"role": "user", "content": text}]), args.max_new)))
+    rows = Rows.join(parts)
     n_vocab = m.n_vocab
     m.close()
     print(f"{args.target}: {len(rows):,} rows of its answers to {len(parts)} Spec-Bench questions "

@@ -29,8 +29,9 @@ from specli.drafters import EagleDrafter
 from specli.engine import GenerationConfig, generate
 from specli.heads.eagle_train import evaluate_eagle
 from specli.heads.loaded import LoadedHeads, heads_folder, load_heads
-from specli.heads.medusa_train import Acceptance, Rows, evaluate
+from specli.heads.medusa_train import evaluate
 from specli.heads.online import OnlineHeads
+from specli.heads.rows import Acceptance, Rows
 
 TABLES = [("orders", "id, customer_id, total, created_at"), ("customers", "id, name, country, signed_up"),
           ("products", "id, title, price, stock"), ("employees", "id, name, team, salary, hired"),

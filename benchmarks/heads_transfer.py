@@ -17,16 +17,15 @@ import argparse
 import itertools
 import time
 
-import numpy as np
-
 from specli import registry
 from specli.backend import LoadOptions, Model
 from specli.heads import store
 from specli.heads.data import answer_rows
 from specli.heads.eagle_train import evaluate_eagle
 from specli.heads.loaded import heads_folder
-from specli.heads.medusa_train import Rows, evaluate
+from specli.heads.medusa_train import evaluate
 from specli.heads.prompts import prompts
+from specli.heads.rows import Rows
 
 
 def rows_of(name: str, texts: list[str], max_new: int, threads: int) -> tuple[Rows, float]:
@@ -36,12 +35,11 @@ def rows_of(name: str, texts: list[str], max_new: int, threads: int) -> tuple[Ro
     parts = []
     m.set_features(True)
     try:
-        for i, text in enumerate(texts):
-            toks, hidden, top = answer_rows(m, m.chat_tokens([{"role": "user", "content": text}]), max_new)
-            parts.append((hidden, top, np.full(len(top), i, np.int32), toks))
+        for text in texts:
+            parts.append(Rows.document(*answer_rows(m, m.chat_tokens([{"role": "user", "content": text}]), max_new)))
     finally:
         m.close()
-    return Rows(*(np.concatenate([p[j] for p in parts]) for j in range(4))), time.perf_counter() - t0
+    return Rows.join(parts), time.perf_counter() - t0
 
 
 def main() -> int:

@@ -91,6 +91,22 @@ def test_imports_go_one_way(package: str) -> None:
                 f"{path.relative_to(ROOT.parent)} imports {module}")
 
 
+# the learned drafters' pure-numpy core: weights, the training kernel, BLAS threads and the
+# prompts; nothing of specli outside it, so it can be read, tested and reused alone
+HEADS_CORE = tuple(f"specli.heads.{m}" for m in (
+    "weights", "eagle", "rows", "kernel", "medusa_train", "eagle_train", "blas", "prompts"))
+
+
+def test_the_heads_core_imports_only_itself() -> None:
+    found = {name for name, _, _ in _modules()}
+    assert set(HEADS_CORE) <= found, set(HEADS_CORE) - found
+    for name, path, tree in _modules():
+        if name in HEADS_CORE:
+            for module in _imports(tree, False, frozenset(found), type_checking=True):
+                assert module.split(".")[0] != "specli" or module in HEADS_CORE, (
+                    f"{path.relative_to(ROOT.parent)} imports {module}")
+
+
 PROTOCOLS = "specli.serve.protocols"
 PROTOCOL_PACKAGES = ("openai_completions", "anthropic_messages", "openai_responses", "llama_server")
 ROUTE_TABLE = "specli.serve.app"

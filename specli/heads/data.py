@@ -4,7 +4,8 @@ Documents, in this order: the history store's outputs for the target's vocabular
 target's own answers: prefilled with features on, exact self-distillation), files the
 user names (`--data`, read in windows), then answers the target writes itself to
 specli's prompts (heads.prompts), greedily, one token a decode. Every row's label is
-the target's argmax there, never the text's next token. Every tenth document is held out.
+the target's argmax there, never the text's next token. Every tenth document is held
+out (heads.rows.held_out, as online learning does).
 
 Rows are written to <heads folder>/data/ a document at a time (hidden states in
 float16), with a manifest of how many documents are done, so a stopped extraction
@@ -13,6 +14,7 @@ resumes where it stopped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -22,13 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from specli.backend import Model
-from specli.heads.medusa_train import Rows
 from specli.heads.prompts import prompts
+from specli.heads.rows import HELD_OUT_EVERY, Rows, held_out
 from specli.history.store import documents
 
 WINDOW = 1024  # tokens of context a text is read in
 CHUNK = 256  # tokens a decode
-HELD_OUT_EVERY = 10
 MANIFEST = "manifest.json"
 
 
@@ -115,20 +116,21 @@ class DataDir:
 
     def load(self) -> tuple[Rows, Rows, list[np.ndarray]]:
         """(training rows, held-out rows, every document's input tokens)."""
-        parts: dict[bool, list[tuple[np.ndarray, ...]]] = {False: [], True: []}
+        parts: dict[bool, list[Rows]] = {False: [], True: []}
         tokens = []
         for i in range(self.n_docs):
             with np.load(self.folder / f"doc-{i:06d}.npz") as z:
-                held = i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
-                parts[held].append((z["hidden"], z["top"], np.full(len(z["top"]), i, np.int32), z["tokens"]))
+                parts[held_out(i)].append(Rows.document(z["tokens"], z["hidden"], z["top"]))
                 tokens.append(z["tokens"])
-        return _rows(parts[False]), _rows(parts[True]), tokens
+        return Rows.join(parts[False]), Rows.join(parts[True]), tokens
 
 
-def _rows(parts: list[tuple[np.ndarray, ...]]) -> Rows:
-    if not parts:
-        return Rows(np.zeros((0, 0), np.float16), *(np.zeros(0, np.int32) for _ in range(3)))
-    return Rows(*(np.concatenate([p[j] for p in parts]) for j in range(4)))
+def rows_before_held_out(model: Model, data_files: Sequence[Path], seed: int, max_new: int) -> int:
+    """The most rows the documents before the first held-out one can give (each text's
+    tokens; an answer the target writes, up to `max_new`): what a training must ask more
+    than. Reads the history store and tokenizes the files; decodes nothing."""
+    first = itertools.islice(docs(model, data_files, seed), HELD_OUT_EVERY - 1)
+    return sum(max_new if doc.kind == "generated" else len(doc.tokens) for doc in first)
 
 
 def extract(model: Model, data: DataDir, sources: Iterator[Doc], want_rows: int, max_new: int,

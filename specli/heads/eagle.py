@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specli.heads.weights import silu
+from specli.heads.weights import OverLmHead, silu, vocab_index
 
 
 @dataclass
-class EagleHead:
+class EagleHead(OverLmHead):
     vocab: np.ndarray  # (V_r,) int32 target token ids
     w: np.ndarray  # (V_r, d) the lm_head on them (frozen); its rows embed tokens too
     index: np.ndarray  # (n_vocab,) int32: target token id -> row of w, -1 outside
@@ -39,21 +39,12 @@ class EagleHead:
     def fresh(cls, vocab: np.ndarray, w: np.ndarray, n_vocab: int, hidden: int, seed: int = 0) -> EagleHead:
         d = w.shape[1]
         rng = np.random.default_rng(seed)
-        index = np.full(n_vocab, -1, np.int32)
-        index[vocab] = np.arange(len(vocab), dtype=np.int32)
+        index = vocab_index(vocab, n_vocab)
         fc = np.concatenate([np.eye(d), np.zeros((d, d))]).astype(np.float32)  # starts as f_{j+1} = f_j
         fc[d:] = rng.normal(0, 0.02 / np.sqrt(d), (d, d))
         return cls(vocab.astype(np.int32), w.astype(np.float32), index, fc, np.zeros(d, np.float32),
                    rng.normal(0, 1 / np.sqrt(d), (d, hidden)).astype(np.float32),
                    np.zeros((hidden, d), np.float32))
-
-    @property
-    def n_embd(self) -> int:
-        return int(self.w.shape[1])
-
-    @property
-    def n_bytes(self) -> int:
-        return int(sum(a.nbytes for a in (self.w, self.fc, self.c, self.up, self.down, self.vocab)))
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:
         """Token ids -> their lm_head rows ((n, d); zeros outside the reduced vocabulary)."""
@@ -90,7 +81,5 @@ class EagleHead:
 
     @classmethod
     def from_arrays(cls, a: dict[str, np.ndarray], n_vocab: int) -> EagleHead:
-        index = np.full(n_vocab, -1, np.int32)
-        index[a["vocab"]] = np.arange(len(a["vocab"]), dtype=np.int32)
-        return cls(a["vocab"].astype(np.int32), a["w"].astype(np.float32), index,
+        return cls(a["vocab"].astype(np.int32), a["w"].astype(np.float32), vocab_index(a["vocab"], n_vocab),
                    *(a[k].astype(np.float32) for k in ("fc", "c", "up", "down")))

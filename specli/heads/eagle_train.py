@@ -1,5 +1,5 @@
-"""Training the EAGLE-style feature drafter (heads.eagle) on a target's rows, in numpy
-with hand-written gradients.
+"""Training the EAGLE-style feature drafter (heads.eagle) on a target's rows (heads.rows),
+in numpy with hand-written gradients (heads.kernel).
 
 An example is a row j with a next row j + 1 in the same document: the input is the
 feature at j (with a little noise, as EAGLE adds, so that the drafter's own guesses of
@@ -11,17 +11,22 @@ the lm_head on the reduced vocabulary, rows outside it teaching only the feature
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from specli.heads.eagle import EagleHead
-from specli.heads.medusa_train import Acceptance, Rows, head_labels
+from specli.heads.kernel import Adam, cross_entropy, dsilu
+from specli.heads.rows import Acceptance, Rows, head_labels
+from specli.heads.weights import silu
 
 FEATURE_WEIGHT = 1.0  # the feature loss beside the token's
 NOISE = 0.1  # input features' noise, in units of their own standard deviation
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
-PARAMS = ("fc", "c", "up", "down")
+PARAMS = ("fc", "c", "up", "down")  # what training moves; the lm_head (w) is frozen
+
+
+def fresh_adam(head: EagleHead) -> Adam:
+    return Adam.like({name: getattr(head, name) for name in PARAMS})
 
 
 def examples(rows: Rows) -> np.ndarray:
@@ -34,18 +39,13 @@ def examples(rows: Rows) -> np.ndarray:
 @dataclass
 class EagleTrainer:
     head: EagleHead
+    adam: Adam
     lr: float = 1e-3
     batch: int = 256
     seed: int = 0
-    t: int = 0
     unroll: int = 3  # steps deep each example is trained, on the drafter's own guesses after the first
-    moments: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in PARAMS:
-            if name not in self.moments:
-                p = getattr(self.head, name)
-                self.moments[name] = (np.zeros_like(p), np.zeros_like(p))
         self.rng = np.random.default_rng(self.seed)
 
     def step(self, f: np.ndarray, nxt: np.ndarray, f_next: np.ndarray, label: np.ndarray) -> float:
@@ -55,36 +55,22 @@ class EagleTrainer:
         f = f + self.rng.normal(0, NOISE * float(f.std()), f.shape).astype(np.float32)
         x = np.concatenate([f, hd.embed(nxt)], axis=1)
         out, z, pre = hd.forward(f, x[:, hd.n_embd:])
-        sig = 1.0 / (1.0 + np.exp(-pre))
-        act = pre * sig
         diff = out - f_next
         loss = FEATURE_WEIGHT * float(np.where(np.abs(diff) < 1, 0.5 * diff * diff, np.abs(diff) - 0.5).mean())
         g = FEATURE_WEIGHT * np.clip(diff, -1, 1) / diff.size
         keep = label >= 0
         if keep.any():
-            logits = out[keep] @ hd.w.T
-            logits -= logits.max(axis=1, keepdims=True)
-            p = np.exp(logits)
-            p /= p.sum(axis=1, keepdims=True)
-            at = np.arange(int(keep.sum()))
-            loss += float(-np.log(p[at, label[keep]] + 1e-12).mean())
-            p[at, label[keep]] -= 1.0
-            g[keep] += (p / len(at)).astype(np.float32) @ hd.w
+            token_loss, g_logits = cross_entropy(out[keep] @ hd.w.T, label[keep])
+            loss += token_loss
+            g[keep] += g_logits @ hd.w
         g = g.astype(np.float32)
-        g_pre = (g @ hd.down.T) * (sig * (1.0 + pre * (1.0 - sig)))
+        g_pre = (g @ hd.down.T) * dsilu(pre)
         g_z = g + g_pre @ hd.up.T
-        self._adam({"down": act.T @ g, "up": z.T @ g_pre, "fc": x.T @ g_z, "c": g_z.sum(axis=0)})
+        grads = {"down": silu(pre).T @ g, "up": z.T @ g_pre, "fc": x.T @ g_z, "c": g_z.sum(axis=0)}
+        self.adam.tick()
+        for name in PARAMS:
+            self.adam.update(name, getattr(hd, name), grads[name], self.lr)
         return loss
-
-    def _adam(self, grads: dict[str, np.ndarray]) -> None:
-        self.t += 1
-        for name, grad in grads.items():
-            param, (m, v) = getattr(self.head, name), self.moments[name]
-            m *= BETA1
-            m += (1 - BETA1) * grad
-            v *= BETA2
-            v += (1 - BETA2) * grad * grad
-            param -= self.lr * (m / (1 - BETA1 ** self.t)) / (np.sqrt(v / (1 - BETA2 ** self.t)) + EPS)
 
     def epoch(self, rows: Rows, index: np.ndarray, rng: np.random.Generator) -> Iterator[float]:
         """One pass over the examples in `rows`, in a random order: each batch's loss."""
@@ -120,7 +106,7 @@ def evaluate_eagle(head: EagleHead, rows: Rows, k: int, limit: int = 2000) -> Ac
     keeps), `alone[i]` token i + 1 alone."""
     valid = np.flatnonzero(head_labels(rows, k) >= 0)[:limit]  # the target's tokens k + 1 rows on exist
     if not len(valid):
-        return Acceptance((0.0,) * k, (0.0,) * k, 0.0, 0)
+        return Acceptance.none(k)
     agree = np.zeros((k, len(valid)), bool)
     for n, j in enumerate(valid):
         drafted = head.draft(rows.hidden[j].astype(np.float32), int(rows.token[j + 1]), k)

@@ -1,6 +1,7 @@
-"""The target's learned drafters, loaded for a runtime: its trained heads (or those a
-setting names, refused when trained on another file), the feature drafter beside them,
-their held-out acceptance and the cost of their arithmetic measured here."""
+"""The target's learned drafters, loaded for a runtime: its trained Medusa heads (or
+those a setting names, refused when trained on another file), the EAGLE-style feature
+drafter beside them, their held-out acceptance and the cost of their arithmetic measured
+here; `drafter` makes the drafters (specli.drafters.heads) that read them."""
 
 from __future__ import annotations
 
@@ -62,11 +63,9 @@ def load_heads(target_path: Path, target_name: str, named: str | None, n_vocab: 
     code 5, when they were trained on another file), timed on this machine."""
     folder = heads_folder(target_path, named)
     medusa = heads_store.load(folder, fingerprint(target_path), target_name)
-    recipe = heads_store.read_recipe(folder) or {}
     eagle = heads_store.load_eagle(folder, n_vocab) if n_vocab else None
-    priors = {"medusa": float((recipe.get("held_out", {}).get("alone") or [0.3])[0])}
-    if eagle is not None:
-        priors["eagle"] = float((recipe.get("eagle", {}).get("held_out", {}).get("alone") or [0.3])[0])
+    drafters = LEARNED_DRAFTERS if eagle is not None else ("medusa",)
+    priors = heads_store.priors(heads_store.read_recipe(folder) or {}, drafters)
     limit_blas_threads(1)  # before timing: drafting runs beside llama.cpp's threads (heads.blas)
     h = np.zeros(medusa.n_embd, np.float32)
     seconds = {"medusa": median_seconds(lambda: medusa.draft(h, medusa.n_heads)) / medusa.n_heads}

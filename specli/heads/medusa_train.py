@@ -1,10 +1,9 @@
-"""Training Medusa heads on a target's own rows, in numpy with hand-written gradients.
+"""Training Medusa heads on a target's own rows (heads.rows), in numpy with hand-written
+gradients (heads.kernel).
 
-A row is one position of text the target decoded: its hidden state and the target's
-greedy token there (its logits' argmax: the labels are the target's own, not the
-text's). Head i learns the target's token i + 1 rows on, within the same document.
-Adam on the cross-entropy over the reduced vocabulary; rows whose label is outside it
-teach nothing (they count against acceptance in `evaluate`).
+Head i learns the target's token i + 1 rows on, within the same document. Adam on the
+cross-entropy over the reduced vocabulary; rows whose label is outside it teach nothing
+(they count against acceptance in `evaluate`).
 """
 
 from __future__ import annotations
@@ -14,60 +13,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specli.heads.weights import MedusaHeads
+from specli.heads.kernel import Adam, cross_entropy, dsilu
+from specli.heads.rows import Acceptance, Rows, head_labels
+from specli.heads.weights import MedusaHeads, silu
 
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
-
-
-@dataclass
-class Rows:
-    """Decoded positions: hidden states (n, d), the target's greedy token at each (the
-    token after it), the document each belongs to and the token decoded there."""
-
-    hidden: np.ndarray
-    top: np.ndarray
-    doc: np.ndarray
-    token: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.top)
-
-    def take(self, keep: np.ndarray) -> Rows:
-        return Rows(self.hidden[keep], self.top[keep], self.doc[keep], self.token[keep])
+PARAMS = ("a", "b")  # what training moves; the lm_head (w) is frozen
 
 
-def head_labels(rows: Rows, i: int, index: np.ndarray | None = None) -> np.ndarray:
-    """Head i's label at every row: the target's token i + 1 rows on (as an index into the
-    reduced vocabulary where `index` is given), -1 past its document's end."""
-    shift = i + 1
-    y = np.full(len(rows), -1, np.int32)
-    if len(rows) > shift:
-        same = rows.doc[shift:] == rows.doc[:-shift]
-        nxt = rows.top[shift:] if index is None else index[rows.top[shift:]]
-        y[:-shift] = np.where(same, nxt, -1)
-    return y
-
-
-@dataclass
-class Adam:
-    """Adam's moments for every head's A and b, and its step count."""
-
-    m_a: np.ndarray
-    v_a: np.ndarray
-    m_b: np.ndarray
-    v_b: np.ndarray
-    t: int = 0
-
-    @classmethod
-    def like(cls, heads: MedusaHeads) -> Adam:
-        return cls(np.zeros_like(heads.a), np.zeros_like(heads.a), np.zeros_like(heads.b), np.zeros_like(heads.b))
-
-    def update(self, param: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, lr: float) -> None:
-        m *= BETA1
-        m += (1 - BETA1) * grad
-        v *= BETA2
-        v += (1 - BETA2) * grad * grad
-        param -= lr * (m / (1 - BETA1 ** self.t)) / (np.sqrt(v / (1 - BETA2 ** self.t)) + EPS)
+def fresh_adam(heads: MedusaHeads) -> Adam:
+    return Adam.like({name: getattr(heads, name) for name in PARAMS})
 
 
 @dataclass
@@ -81,7 +35,7 @@ class Trainer:
     def step(self, h: np.ndarray, labels: list[np.ndarray]) -> float:
         """One Adam step of every head on a batch (labels: reduced-vocabulary indices, -1
         where there is nothing to learn); the mean cross-entropy."""
-        self.adam.t += 1
+        self.adam.tick()
         total, n = 0.0, 0
         hs = self.heads
         for i, y in enumerate(labels):
@@ -90,19 +44,12 @@ class Trainer:
                 continue
             hk, yk = h[keep].astype(np.float32), y[keep]
             pre = hs.pre(i, hk)
-            z = (hk + pre / (1.0 + np.exp(-pre))) @ hs.w.T
-            z -= z.max(axis=1, keepdims=True)
-            p = np.exp(z)
-            p /= p.sum(axis=1, keepdims=True)
-            at = np.arange(len(yk))
-            total += float(-np.log(p[at, yk] + 1e-12).mean())
+            loss, g_logits = cross_entropy((hk + silu(pre)) @ hs.w.T, yk)
+            total += loss
             n += 1
-            p[at, yk] -= 1.0
-            g_out = (p / len(yk)).astype(np.float32) @ hs.w  # dL/d(out)
-            sig = 1.0 / (1.0 + np.exp(-pre))
-            g_pre = g_out * (sig * (1.0 + pre * (1.0 - sig)))  # through SiLU
-            self.adam.update(hs.a[i], hk.T @ g_pre, self.adam.m_a[i], self.adam.v_a[i], self.lr)
-            self.adam.update(hs.b[i], g_pre.sum(axis=0), self.adam.m_b[i], self.adam.v_b[i], self.lr)
+            g_pre = (g_logits @ hs.w) * dsilu(pre)  # through the lm_head, then SiLU
+            self.adam.update("a", hs.a[i], hk.T @ g_pre, self.lr, row=i)
+            self.adam.update("b", hs.b[i], g_pre.sum(axis=0), self.lr, row=i)
         return total / max(n, 1)
 
     def epoch(self, rows: Rows, index: np.ndarray, rng: np.random.Generator) -> Iterator[float]:
@@ -116,29 +63,13 @@ class Trainer:
             yield loss
 
 
-@dataclass(frozen=True)
-class Acceptance:
-    """Held-out agreement of the heads with the target, teacher-forced along the rows:
-    `alone[i]` head i by itself, `chain[i]` heads 0..i all (what a chain draft of i + 1
-    tokens keeps); `coverage` the share of the target's tokens in the reduced vocabulary."""
-
-    alone: tuple[float, ...]
-    chain: tuple[float, ...]
-    coverage: float
-    rows: int
-
-    def tau(self, k: int) -> float:
-        """Expected tokens a verify step emits with a chain of k drafted tokens."""
-        return 1.0 + float(sum(self.chain[:k]))
-
-
 def evaluate(heads: MedusaHeads, rows: Rows, chunk: int = 1024) -> Acceptance:
     """How often each head's argmax is the target's own token on `rows` (rows whose label
     runs past their document are left out)."""
     k = heads.n_heads
     valid = head_labels(rows, k - 1) >= 0
     if not valid.any():
-        return Acceptance((0.0,) * k, (0.0,) * k, 0.0, 0)
+        return Acceptance.none(k)
     pred = np.zeros((k, len(rows)), np.int32)
     for start in range(0, len(rows), chunk):
         h = rows.hidden[start:start + chunk].astype(np.float32)

@@ -5,7 +5,8 @@ Rows cost no forward pass: with features on, every step's decode already gives t
 hidden state of each row it verified, and the token the target then chose is the row's
 label (its argmax when greedy, its sample otherwise: a sample's cross-entropy is the
 target distribution's in expectation). `watch` reads them as a job's events pass, the
-rows of one job kept together (a document), every tenth document held out.
+rows of one job kept together (a document), every tenth document held out as a training
+run holds them out (heads.rows.held_out).
 
 A round runs once enough new rows are in and the server is idle: copies of the live
 weights train on every row kept, at the lowest CPU priority, pausing while any request
@@ -23,20 +24,17 @@ import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from specli.drafters.heads import Features
 from specli.engine.text import StepEvent
-from specli.heads import store
+from specli.heads import eagle_train, medusa_train, store
 from specli.heads.eagle import EagleHead
-from specli.heads.eagle_train import EagleTrainer, evaluate_eagle
 from specli.heads.loaded import LoadedHeads
-from specli.heads.medusa_train import Adam, Rows, Trainer, evaluate
+from specli.heads.rows import HELD_OUT_EVERY, Rows, held_out
 from specli.heads.weights import MedusaHeads, vocab_index
 
-HELD_OUT_EVERY = 10  # documents: every tenth is held out
 MAX_ROWS = 32_768  # training rows kept (the newest); held-out rows keep a tenth of that
 MIN_HELD = 32  # held-out rows a round needs before it can compare weights
 EPOCHS = 2  # per round, over every training row kept
@@ -91,9 +89,7 @@ class _Docs:
 
     def rows(self) -> Rows:
         """Every document's rows, one after another, each its own document id."""
-        return Rows(np.concatenate([d.hidden for d in self.docs]), np.concatenate([d.top for d in self.docs]),
-                    np.concatenate([np.full(len(d), i, np.int32) for i, d in enumerate(self.docs)]),
-                    np.concatenate([d.token for d in self.docs]))
+        return Rows.join(self.docs)
 
 
 class OnlineHeads:
@@ -142,20 +138,16 @@ class OnlineHeads:
     def _add(self, hidden: list[np.ndarray], tops: list[int], tokens: list[int]) -> None:
         if len(tops) < 2:
             return
-        rows = Rows(np.stack(hidden), np.asarray(tops, np.int32), np.zeros(len(tops), np.int32),
-                    np.asarray(tokens, np.int32))
+        rows = Rows.document(np.asarray(tokens, np.int32), np.stack(hidden), np.asarray(tops, np.int32))
         with self._lock:
-            (self._held if self.n_docs % HELD_OUT_EVERY == 0 else self._train).add(rows)
+            (self._held if held_out(self.n_docs) else self._train).add(rows)
             self.n_docs += 1
             self.rows_seen += len(rows)
             self.new_rows += len(rows)
 
     def kept(self) -> Rows:
         """Every row kept, held-out documents and training ones (for measuring)."""
-        every = _Docs(1 << 62)
-        for d in self._held.docs + self._train.docs:
-            every.add(d)
-        return every.rows()
+        return Rows.join(self._held.docs + self._train.docs)
 
     def due(self) -> bool:
         """Whether enough new rows came in for a round (and there are held-out rows to judge it)."""
@@ -192,20 +184,22 @@ class OnlineHeads:
             self.new_rows = 0
         index = vocab_index(self.heads.medusa.vocab, self.n_vocab)
         rng = np.random.default_rng(len(self.rounds))
-        medusa = _medusa_copy(self.heads.medusa)
-        trainer = Trainer(medusa, Adam.like(medusa), self.lr, BATCH)
+        medusa = replace(self.heads.medusa, **_copies(self.heads.medusa, medusa_train.PARAMS))
+        trainer = medusa_train.Trainer(medusa, medusa_train.fresh_adam(medusa), self.lr, BATCH)
         if not _epochs(lambda: trainer.epoch(train, index, rng), go_on):
             return None
         k = medusa.n_heads
-        verdicts = [Verdict("medusa", evaluate(self.heads.medusa, held).tau(k), evaluate(medusa, held).tau(k))]
-        eagle = _eagle_copy(self.heads.eagle) if self.heads.eagle is not None else None
-        if eagle is not None:
-            e_trainer = EagleTrainer(eagle, self.lr, BATCH, len(self.rounds))
+        verdicts = [Verdict("medusa", medusa_train.evaluate(self.heads.medusa, held).tau(k),
+                            medusa_train.evaluate(medusa, held).tau(k))]
+        live_eagle = self.heads.eagle
+        eagle = replace(live_eagle, **_copies(live_eagle, eagle_train.PARAMS)) if live_eagle is not None else None
+        if live_eagle is not None and eagle is not None:
+            e_trainer = eagle_train.EagleTrainer(eagle, eagle_train.fresh_adam(eagle), self.lr, BATCH,
+                                                 len(self.rounds))
             if not _epochs(lambda: e_trainer.epoch(train, index, rng), go_on):
                 return None
-            assert self.heads.eagle is not None
-            verdicts.append(Verdict("eagle", evaluate_eagle(self.heads.eagle, held, k).tau(k),
-                                    evaluate_eagle(eagle, held, k).tau(k)))
+            verdicts.append(Verdict("eagle", eagle_train.evaluate_eagle(live_eagle, held, k).tau(k),
+                                    eagle_train.evaluate_eagle(eagle, held, k).tau(k)))
         self._adopt(verdicts, medusa, eagle)
         done = Round(len(self.rounds) + 1, len(train), len(held), tuple(verdicts), time.perf_counter() - t0)
         if any(v.adopted for v in verdicts):
@@ -218,20 +212,18 @@ class OnlineHeads:
         live = self.heads
         for v in verdicts:
             if v.adopted and v.drafter == "medusa":
-                live.medusa.a, live.medusa.b = medusa.a, medusa.b
+                _move(medusa, live.medusa, medusa_train.PARAMS)
             elif v.adopted and eagle is not None and live.eagle is not None:
-                live.eagle.fc, live.eagle.c, live.eagle.up, live.eagle.down = eagle.fc, eagle.c, eagle.up, eagle.down
+                _move(eagle, live.eagle, eagle_train.PARAMS)
 
     def _save(self, done: Round) -> str:
         """Write the live weights with the round in recipe.json ("online"); a note if it failed."""
         try:
-            recipe: dict[str, Any] = store.read_recipe(self.folder) or {}
-            online = recipe.setdefault("online", {"rounds": []})
-            online["rounds"].append({"train_rows": done.train_rows, "held_rows": done.held_rows,
-                                     "tau": {v.drafter: {"live": v.live, "trained": v.trained,
-                                                         "adopted": v.adopted} for v in done.verdicts},
-                                     "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-            store.save(self.folder, self.heads.medusa, recipe, self.heads.eagle)
+            store.record_round(self.folder, self.heads.medusa, self.heads.eagle, {
+                "train_rows": done.train_rows, "held_rows": done.held_rows,
+                "tau": {v.drafter: {"live": v.live, "trained": v.trained, "adopted": v.adopted}
+                        for v in done.verdicts},
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             return ""
         except OSError as e:
             return f"; not saved ({e.strerror or e}): the adopted weights last until the server stops"
@@ -245,13 +237,15 @@ def _epochs(epoch: Callable[[], Iterator[float]], go_on: Callable[[], bool]) -> 
     return True
 
 
-def _medusa_copy(h: MedusaHeads) -> MedusaHeads:
-    """Trainable copies of the heads (the lm_head is frozen: shared)."""
-    return MedusaHeads(h.vocab, h.w, h.a.copy(), h.b.copy())
+def _copies(weights: MedusaHeads | EagleHead, params: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Copies of what training moves (the lm_head and the vocabulary are frozen: shared)."""
+    return {p: getattr(weights, p).copy() for p in params}
 
 
-def _eagle_copy(e: EagleHead) -> EagleHead:
-    return replace(e, fc=e.fc.copy(), c=e.c.copy(), up=e.up.copy(), down=e.down.copy())
+def _move(trained: MedusaHeads | EagleHead, live: MedusaHeads | EagleHead, params: tuple[str, ...]) -> None:
+    """The live weights become the trained ones, array by array (drafters keep `live`)."""
+    for p in params:
+        setattr(live, p, getattr(trained, p))
 
 
 def lowest_priority() -> None:

@@ -6,8 +6,13 @@
         recipe.json    the target (name, file, fingerprint), the recipe, the data, the
                        held-out acceptance, when; written last, so a directory without it
                        holds a training still under way (or stopped: `train` resumes it)
-        data/          the extracted rows (kept for resuming and for `eval`)
-        state.npz      the optimiser's state after the last finished epoch
+        data/          the extracted rows (kept for resuming and for `eval`: heads.data)
+        state.npz      Medusa's weights and optimiser after the last finished epoch
+        eagle-state.npz  the feature drafter's likewise
+
+This module is the whole contract: the names above, the recipe as written (`recipe`)
+and read (`priors`, `held_out`, HeadsEntry), the optimiser states (`save_state`,
+`read_state`), and `record_round` for online learning's rounds.
 
 A head reads the target's hidden states: it serves only the file whose states it learnt
 (its fingerprint), never another model or another quantization of the same weights.
@@ -15,6 +20,7 @@ A head reads the target's hidden states: it serves only the file whose states it
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -27,11 +33,18 @@ import numpy as np
 
 from specli.errors import PairError, UsageError
 from specli.heads.eagle import EagleHead
+from specli.heads.kernel import Adam
+from specli.heads.rows import Acceptance
 from specli.heads.weights import MedusaHeads
 
 HEADS_FILE = "medusa.npz"
 EAGLE_FILE = "eagle.npz"
 RECIPE_FILE = "recipe.json"
+DATA_DIR = "data"
+MEDUSA_STATE = "state.npz"
+EAGLE_STATE = "eagle-state.npz"
+KIND = "medusa-1"
+PRIOR = 0.3  # first-token acceptance assumed where a recipe has none
 
 
 class HeadsMismatch(PairError):
@@ -66,6 +79,62 @@ class HeadsEntry:
     @property
     def fingerprint(self) -> str:
         return str(self.recipe.get("target", {}).get("fingerprint", ""))
+
+    @property
+    def rows(self) -> int:
+        return int(self.recipe.get("data", {}).get("rows", 0))
+
+    @property
+    def n_bytes(self) -> int:
+        return int(self.recipe.get("bytes", 0))
+
+
+def recipe(target: dict[str, Any], how: dict[str, Any], data: dict[str, Any], heads: MedusaHeads,
+           medusa: Acceptance, eagle: EagleHead, eagle_acc: Acceptance, seconds: dict[str, float],
+           build: str) -> dict[str, Any]:
+    """recipe.json for a finished training: the target (name, file, fingerprint, sizes),
+    how it was trained, its data, each drafter's held-out acceptance, the seconds each
+    phase took, the llama.cpp build and when."""
+    return {"target": target, "kind": KIND, "recipe": how, "data": data, "held_out": medusa.to_json(),
+            "eagle": {"held_out": eagle_acc.to_json(), "hidden": int(eagle.up.shape[1]), "bytes": eagle.n_bytes},
+            "seconds": {k: round(v, 1) for k, v in seconds.items()}, "llama_build": build,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "bytes": heads.n_bytes}
+
+
+def held_out(recipe: dict[str, Any], drafter: str) -> dict[str, Any]:
+    """A drafter's ("medusa" or "eagle") held-out acceptance as the recipe keeps it
+    (`alone`, `chain`, `coverage`, `rows`); empty lists where it has none."""
+    got = recipe.get("held_out") if drafter == "medusa" else recipe.get("eagle", {}).get("held_out")
+    return got if isinstance(got, dict) else {"alone": [], "chain": []}
+
+
+def priors(recipe: dict[str, Any], drafters: tuple[str, ...]) -> dict[str, float]:
+    """Each drafter's held-out first-token acceptance, where a controller starts from."""
+    return {d: float((held_out(recipe, d).get("alone") or [PRIOR])[0]) for d in drafters}
+
+
+def record_round(folder: Path, heads: MedusaHeads, eagle: EagleHead | None, round_json: dict[str, Any]) -> None:
+    """Save weights an online round adopted, the round added to the recipe's "online" rounds."""
+    data = read_recipe(folder) or {}
+    data.setdefault("online", {"rounds": []})["rounds"].append(round_json)
+    save(folder, heads, data, eagle)
+
+
+def save_state(path: Path, arrays: dict[str, np.ndarray], adam: Adam, epoch: int) -> None:
+    """A training's weights and optimiser after `epoch` finished epochs, to resume from."""
+    moments = {f"{m}_{name}": a for name, (mm, vv) in adam.moments.items() for m, a in (("m", mm), ("v", vv))}
+    save_arrays(path, {**arrays, **moments, "t": np.array(adam.t), "epoch": np.array(epoch)})
+
+
+def read_state(path: Path, params: tuple[str, ...]) -> tuple[dict[str, np.ndarray], Adam, int] | None:
+    """(the weights, the optimiser over `params`, finished epochs) saved by `save_state`; None if none."""
+    if not path.is_file():
+        return None
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    adam = Adam({p: (arrays.pop("m_" + p), arrays.pop("v_" + p)) for p in params}, int(arrays.pop("t")))
+    return arrays, adam, int(arrays.pop("epoch"))
 
 
 def save(folder: Path, heads: MedusaHeads, recipe: dict[str, Any], eagle: EagleHead | None = None) -> None:

@@ -1,16 +1,16 @@
 """`specli heads train`: rows from the target, the reduced vocabulary and its lm_head,
-then epochs of Medusa training, each step resumable, the result in the heads store.
+then epochs of Medusa training and of the feature drafter's, each step resumable, the
+result in the heads store.
 
 Phases, each saved before the next starts (a stopped training resumes at the phase and
-document or epoch it stopped in): extract rows (runtime.heads_data), choose the reduced
-vocabulary (the target's most frequent tokens on the training rows), solve the lm_head on
-it, train, evaluate on the held-out documents, save (heads.store).
+document or epoch it stopped in): check that the recipe holds a document out (`check`,
+before any work), extract rows (heads.data), choose the reduced vocabulary (the target's
+most frequent tokens on the training rows), solve the lm_head on it, train Medusa's
+heads, then the feature drafter, evaluate on the held-out documents, save (heads.store).
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,16 +22,12 @@ import numpy as np
 from specli.backend import LoadOptions, Model, build_id
 from specli.errors import UsageError
 from specli.gguf import fingerprint
-from specli.heads import data as heads_data
-from specli.heads import store
+from specli.heads import data, eagle_train, medusa_train, store
 from specli.heads.eagle import EagleHead
-from specli.heads.eagle_train import PARAMS as EAGLE_PARAMS
-from specli.heads.eagle_train import EagleTrainer, evaluate_eagle, examples
-from specli.heads.medusa_train import Acceptance, Adam, Rows, Trainer, evaluate
+from specli.heads.rows import Acceptance, Rows
 from specli.heads.weights import MedusaHeads, fit_lm_head, vocab_index
 
-STATE_FILE = "state.npz"
-EAGLE_STATE = "eagle-state.npz"
+MIN_TRAIN_ROWS, MIN_HELD_ROWS = 64, 8
 
 
 @dataclass(frozen=True)
@@ -73,26 +69,40 @@ class Trained:
 
 
 def open_target(path: Path, threads: int | None, recipe: Recipe) -> Model:
-    return Model(path, LoadOptions(n_ctx=heads_data.WINDOW + recipe.max_new + 64, n_threads=threads))
+    return Model(path, LoadOptions(n_ctx=data.WINDOW + recipe.max_new + 64, n_threads=threads))
+
+
+def check(model: Model, recipe: Recipe, data_files: Sequence[Path]) -> int:
+    """The rows `recipe` needs (raised, exit code 2, when it asks fewer): enough that a
+    document is held out. Extraction stops once it has the rows asked for, so it must still
+    want some after the documents before the first held-out one, each as long as it can be."""
+    need = max(data.rows_before_held_out(model, data_files, recipe.seed, recipe.max_new) + 1,
+               MIN_TRAIN_ROWS + MIN_HELD_ROWS)
+    if recipe.rows < need:
+        raise UsageError(f"--rows {recipe.rows:,} holds no document out: every tenth document is held out to judge "
+                         f"the drafters on, and this target's first documents take {need:,} rows",
+                         f"use --rows {need:,} or more" + (", or a smaller --max-new" if not data_files else ""))
+    return need
 
 
 def train(model: Model, target_name: str, recipe: Recipe, data_files: Sequence[Path],
           report: Callable[[Progress], None], root: Path | None = None) -> Trained:
     """Train heads for `model` (a loaded target) and save them; resumes a stopped training."""
+    check(model, recipe, data_files)
     folder = store.target_dir(model.path.name, fingerprint(model.path), root)
-    data = heads_data.DataDir(folder / "data")
+    rows_dir = data.DataDir(folder / store.DATA_DIR)
     t0 = time.perf_counter()
 
     def on_doc(rows: int, kind: str) -> None:
-        report(Progress("data", min(rows, recipe.rows), recipe.rows, kinds=data.manifest["by_kind"]))
+        report(Progress("data", min(rows, recipe.rows), recipe.rows, kinds=rows_dir.manifest["by_kind"]))
 
-    report(Progress("data", min(data.n_rows, recipe.rows), recipe.rows, kinds=data.manifest["by_kind"]))
-    heads_data.extract(model, data, heads_data.docs(model, data_files, recipe.seed), recipe.rows, recipe.max_new,
-                       on_doc)
+    on_doc(rows_dir.n_rows, "")
+    data.extract(model, rows_dir, data.docs(model, data_files, recipe.seed), recipe.rows, recipe.max_new, on_doc)
     t_data = time.perf_counter() - t0
-    train_rows, held, tokens = data.load()
-    if len(train_rows) < 64 or len(held) < 8:
-        raise UsageError(f"only {data.n_rows} rows to train on", "raise --rows")
+    train_rows, held, tokens = rows_dir.load()
+    if len(train_rows) < MIN_TRAIN_ROWS or len(held) < MIN_HELD_ROWS:
+        raise UsageError(f"only {len(train_rows):,} training rows and {len(held):,} held out in {rows_dir.n_docs} "
+                         "documents", "raise --rows")
     report(Progress("lm_head"))
     vocab = np.argsort(-np.bincount(train_rows.top, minlength=model.n_vocab), kind="stable")[:recipe.vocab]
     vocab = vocab.astype(np.int32)
@@ -101,65 +111,47 @@ def train(model: Model, target_name: str, recipe: Recipe, data_files: Sequence[P
     acceptance = _epochs(folder, heads, train_rows, held, model.n_vocab, recipe, report)
     t2 = time.perf_counter()
     eagle, eagle_acc = _eagle_epochs(folder, heads, train_rows, held, model.n_vocab, recipe, report)
-    recipe_json = {
-        "target": {"name": target_name, "file": model.path.name, "fingerprint": fingerprint(model.path),
-                   "n_embd": model.n_embd, "n_vocab": model.n_vocab},
-        "kind": "medusa-1",
-        "recipe": asdict(recipe),
-        "data": {"rows": data.n_rows, "train_rows": len(train_rows), "held_out_rows": len(held),
-                 "by_kind": data.manifest["by_kind"], "files": [str(p) for p in data_files]},
-        "held_out": _held_out(acceptance),
-        "eagle": {"held_out": _held_out(eagle_acc), "hidden": int(eagle.up.shape[1]), "bytes": eagle.n_bytes},
-        "seconds": {"data": round(t_data, 1), "train": round(t2 - t1, 1), "eagle": round(time.perf_counter() - t2, 1)},
-        "llama_build": build_id(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "bytes": heads.n_bytes,
-    }
+    target = {"name": target_name, "file": model.path.name, "fingerprint": fingerprint(model.path),
+              "n_embd": model.n_embd, "n_vocab": model.n_vocab}
+    used = {"rows": rows_dir.n_rows, "train_rows": len(train_rows), "held_out_rows": len(held),
+            "by_kind": rows_dir.manifest["by_kind"], "files": [str(p) for p in data_files]}
+    seconds = {"data": t_data, "train": t2 - t1, "eagle": time.perf_counter() - t2}
+    recipe_json = store.recipe(target, asdict(recipe), used, heads, acceptance, eagle, eagle_acc, seconds, build_id())
     store.save(folder, heads, recipe_json, eagle)
     report(Progress("done", held_out=acceptance))
     return Trained(folder, recipe_json, acceptance, eagle_acc)
 
 
-def _held_out(a: Acceptance) -> dict[str, Any]:
-    return {"alone": a.alone, "chain": a.chain, "coverage": a.coverage, "rows": a.rows}
-
-
 def _start(folder: Path, model: Model, tokens: list[np.ndarray], vocab: np.ndarray, recipe: Recipe) -> MedusaHeads:
     """The heads at the last finished epoch of a stopped training with this vocabulary,
     else fresh ones over an lm_head solved from the target's rows."""
-    state = folder / STATE_FILE
-    if state.is_file():
-        with np.load(state) as z:
-            if np.array_equal(z["vocab"], vocab) and z["a"].shape[0] == recipe.n_heads:
-                return MedusaHeads.from_arrays({k: z[k] for k in ("vocab", "w", "a", "b")})
-    h, z = heads_data.fit_rows(model, tokens, vocab, 2 * model.n_embd + 256)
+    state = store.read_state(folder / store.MEDUSA_STATE, medusa_train.PARAMS)
+    if state is not None and np.array_equal(state[0]["vocab"], vocab) and state[0]["a"].shape[0] == recipe.n_heads:
+        return MedusaHeads.from_arrays(state[0])
+    h, z = data.fit_rows(model, tokens, vocab, 2 * model.n_embd + 256)
     return MedusaHeads.fresh(vocab, fit_lm_head(h, z), recipe.n_heads)
 
 
 def _epochs(folder: Path, heads: MedusaHeads, rows: Rows, held: Rows, n_vocab: int, recipe: Recipe,
             report: Callable[[Progress], None]) -> Acceptance:
     """Train the epochs not done yet, saving the heads and the optimiser after each."""
-    adam, done = Adam.like(heads), 0
-    state = folder / STATE_FILE
-    if state.is_file():
-        with np.load(state) as z:
-            if np.array_equal(z["vocab"], heads.vocab) and z["a"].shape == heads.a.shape:
-                adam = Adam(z["m_a"], z["v_a"], z["m_b"], z["v_b"], int(z["t"]))
-                done = int(z["epoch"])
-    trainer = Trainer(heads, adam, recipe.lr, recipe.batch)
+    path = folder / store.MEDUSA_STATE
+    adam, done = medusa_train.fresh_adam(heads), 0
+    state = store.read_state(path, medusa_train.PARAMS)
+    if state is not None and np.array_equal(state[0]["vocab"], heads.vocab) and state[0]["a"].shape == heads.a.shape:
+        _, adam, done = state
+    trainer = medusa_train.Trainer(heads, adam, recipe.lr, recipe.batch)
     index = vocab_index(heads.vocab, n_vocab)
     n_batches = -(-len(rows) // recipe.batch)
-    acceptance = evaluate(heads, held)
+    acceptance = medusa_train.evaluate(heads, held)
     for epoch in range(done, recipe.epochs):
         rng = np.random.default_rng(recipe.seed + epoch)
         for b, loss in enumerate(trainer.epoch(rows, index, rng)):
             report(Progress("train", epoch * n_batches + b + 1, recipe.epochs * n_batches, epoch + 1, loss,
                             acceptance))
         report(Progress("eval", epoch=epoch + 1))
-        acceptance = evaluate(heads, held)
-        np.savez(folder / (STATE_FILE + ".tmp.npz"), vocab=heads.vocab, w=heads.w, a=heads.a, b=heads.b, m_a=adam.m_a, v_a=adam.v_a, m_b=adam.m_b,
-                 v_b=adam.v_b, t=adam.t, epoch=epoch + 1)
-        (folder / (STATE_FILE + ".tmp.npz")).replace(state)
+        acceptance = medusa_train.evaluate(heads, held)
+        store.save_state(path, heads.arrays(), adam, epoch + 1)
     return acceptance
 
 
@@ -167,28 +159,20 @@ def _eagle_epochs(folder: Path, heads: MedusaHeads, rows: Rows, held: Rows, n_vo
                   report: Callable[[Progress], None]) -> tuple[EagleHead, Acceptance]:
     """The feature drafter over the heads' vocabulary and lm_head, trained for the epochs
     not done yet (saved after each), and its held-out acceptance."""
-    state = folder / EAGLE_STATE
+    path = folder / store.EAGLE_STATE
     hidden = recipe.eagle_hidden or heads.n_embd // 2
-    head, trainer, done = EagleHead.fresh(heads.vocab, heads.w, n_vocab, hidden, recipe.seed), None, 0
-    if state.is_file():
-        with np.load(state) as z:
-            if np.array_equal(z["vocab"], heads.vocab) and z["up"].shape[1] == hidden:
-                head = EagleHead.from_arrays({k: z[k] for k in z.files}, n_vocab)
-                moments = {p: (z["m_" + p], z["v_" + p]) for p in EAGLE_PARAMS}
-                trainer = EagleTrainer(head, recipe.lr, recipe.batch, recipe.seed, t=int(z["t"]), moments=moments)
-                done = int(z["epoch"])
-    trainer = trainer or EagleTrainer(head, recipe.lr, recipe.batch, recipe.seed)
+    head = EagleHead.fresh(heads.vocab, heads.w, n_vocab, hidden, recipe.seed)
+    adam, done = eagle_train.fresh_adam(head), 0
+    state = store.read_state(path, eagle_train.PARAMS)
+    if state is not None and np.array_equal(state[0]["vocab"], heads.vocab) and state[0]["up"].shape[1] == hidden:
+        head, adam, done = EagleHead.from_arrays(state[0], n_vocab), state[1], state[2]
+    trainer = eagle_train.EagleTrainer(head, adam, recipe.lr, recipe.batch, recipe.seed)
     index = vocab_index(heads.vocab, n_vocab)
-    n_batches = -(-len(examples(rows)) // recipe.batch)
+    n_batches = -(-len(eagle_train.examples(rows)) // recipe.batch)
     for epoch in range(done, recipe.eagle_epochs):
         rng = np.random.default_rng(recipe.seed + 100 + epoch)
         for b, loss in enumerate(trainer.epoch(rows, index, rng)):
             report(Progress("eagle", epoch * n_batches + b + 1, recipe.eagle_epochs * n_batches, epoch + 1, loss))
-        extra = {f"{m}_{p}": a for p, (mm, vv) in trainer.moments.items() for m, a in (("m", mm), ("v", vv))}
-        store.save_arrays(state, {**head.arrays(), **extra, "t": np.array(trainer.t), "epoch": np.array(epoch + 1)})
+        store.save_state(path, head.arrays(), adam, epoch + 1)
     report(Progress("eval"))
-    return head, evaluate_eagle(head, held, heads.n_heads)
-
-
-def recipe_text(recipe: dict[str, Any]) -> str:
-    return json.dumps(recipe, indent=2, sort_keys=True)
+    return head, eagle_train.evaluate_eagle(head, held, heads.n_heads)

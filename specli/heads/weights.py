@@ -18,8 +18,27 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+class OverLmHead:
+    """What both learned drafters are: weights over the target's lm_head on a reduced
+    vocabulary (`vocab` its token ids, `w` its rows), saved as named arrays."""
+
+    vocab: np.ndarray
+    w: np.ndarray
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    @property
+    def n_embd(self) -> int:
+        return int(self.w.shape[1])
+
+    @property
+    def n_bytes(self) -> int:
+        return int(sum(a.nbytes for a in self.arrays().values()))
+
+
 @dataclass
-class MedusaHeads:
+class MedusaHeads(OverLmHead):
     vocab: np.ndarray  # (V_r,) int32: the reduced draft vocabulary, target token ids
     w: np.ndarray  # (V_r, d) float32: the target's lm_head on those tokens (frozen)
     a: np.ndarray  # (K, d, d) float32
@@ -34,14 +53,6 @@ class MedusaHeads:
     @property
     def n_heads(self) -> int:
         return int(self.a.shape[0])
-
-    @property
-    def n_embd(self) -> int:
-        return int(self.w.shape[1])
-
-    @property
-    def n_bytes(self) -> int:
-        return int(self.w.nbytes + self.a.nbytes + self.b.nbytes + self.vocab.nbytes)
 
     def pre(self, i: int, h: np.ndarray) -> np.ndarray:
         """Head i's pre-activation for hidden states h (n, d)."""
