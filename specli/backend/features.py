@@ -1,5 +1,7 @@
-"""A loaded model's hidden states beside its logits, for drafters that read the target's
-features (a mixin of backend.Model, which holds `_model`, `_ctx`, `_batch` and `_lock`).
+"""A loaded model's hidden states beside its logits, for the learned drafters that read
+the target's features, Medusa heads and the EAGLE-style feature drafter (specli.heads,
+specli.drafters.heads; a mixin of backend.Model, which holds `_model`, `_ctx`, `_batch`
+and `_lock`).
 
 With `llama_set_embeddings` on and pooling none (a generative model's), one llama_decode
 gives both the logits and, for every row, the final norm's output (the lm_head's input).

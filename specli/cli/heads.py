@@ -1,4 +1,5 @@
-"""`specli heads`: train, list, evaluate and remove learned drafters (Medusa heads)."""
+"""`specli heads`: train, list, evaluate and remove the learned drafters (Medusa heads
+and the EAGLE-style feature drafter, specli.heads)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from specli.cli.guard import guarded
 from specli.cli.options import JsonOpt
 from specli.errors import UsageError
 
-heads_app = typer.Typer(help="Learned drafters: Medusa heads trained on a target's own hidden states.",
-                        no_args_is_help=True)
+heads_app = typer.Typer(help="Learned drafters: Medusa heads and an EAGLE-style feature drafter, trained on a "
+                             "target's own hidden states.", no_args_is_help=True)
 TargetOpt = Annotated[str | None, typer.Option("--target", help="Target model (default: the default pair's).")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: llama.cpp's choice).")]
 
@@ -34,7 +35,9 @@ def heads_train(
     target: TargetOpt = None,
     data: Annotated[list[Path] | None, typer.Option("--data", help="Text files to learn from too (after the "
                                                                     "history store's outputs).")] = None,
-    rows: Annotated[int, typer.Option("--rows", min=200, help="Rows (token positions) to extract.")] = 40_000,
+    rows: Annotated[int, typer.Option("--rows", min=1, help="Rows (token positions) to extract; every tenth "
+                                      "document is held out, so at least 9 x --max-new + 1 (3,457) without "
+                                      "history or --data (checked before any work).")] = 40_000,
     epochs: Annotated[int, typer.Option("--epochs", min=1, max=100, help="Epochs of the Medusa heads.")] = 4,
     eagle_epochs: Annotated[int, typer.Option("--eagle-epochs", min=1, max=100,
                                               help="Epochs of the EAGLE feature drafter.")] = 8,
@@ -43,7 +46,8 @@ def heads_train(
     max_new: Annotated[int, typer.Option("--max-new", min=16, help="Tokens of each self-written answer.")] = 384,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Train heads for a target on its own rows; Ctrl-C stops, the same command resumes."""
+    """Train both learned drafters for a target on its own rows; Ctrl-C stops, the same
+    command resumes. A recipe that would hold no document out is refused at once (exit 2)."""
     from specli.heads import training as heads_training
 
     for f in data or []:
@@ -84,8 +88,9 @@ def _reporter(bar: Progress, task: Any) -> Any:
 
 
 def _print_acceptance(recipe: dict[str, Any]) -> None:
-    held = recipe["held_out"]
-    eagle = recipe.get("eagle", {}).get("held_out", {"alone": [], "chain": []})
+    from specli.heads import store
+
+    held, eagle = store.held_out(recipe, "medusa"), store.held_out(recipe, "eagle")
     t = Table("drafted token k", "Medusa head k alone", "Medusa chain", "Medusa tau", "EAGLE alone", "EAGLE chain",
               "EAGLE tau", title="held-out agreement with the target")
     for i, (a, c) in enumerate(zip(held["alone"], held["chain"])):
@@ -100,7 +105,7 @@ def _print_acceptance(recipe: dict[str, Any]) -> None:
 @heads_app.command("list")
 @guarded
 def heads_list(as_json: JsonOpt = False) -> None:
-    """Trained heads: target, rows, held-out acceptance, size, folder."""
+    """Trained learned drafters: target, rows, held-out acceptance, size, folder."""
     from specli.heads import store
 
     found = store.entries()
@@ -109,17 +114,16 @@ def heads_list(as_json: JsonOpt = False) -> None:
         return
     t = Table("target", "kind", "rows", "alpha_1", "tau at 3", "MB", "folder")
     for e in found:
-        chain = e.recipe.get("held_out", {}).get("chain", [0.0])
-        t.add_row(e.target, str(e.recipe.get("kind")), f"{e.recipe.get('data', {}).get('rows', 0):,}",
-                  f"{chain[0]:.1%}", f"{1 + sum(chain[:3]):.2f}", f"{e.recipe.get('bytes', 0) / 2**20:.0f}",
-                  e.path.name)
+        chain = store.held_out(e.recipe, "medusa")["chain"] or [0.0]
+        t.add_row(e.target, str(e.recipe.get("kind")), f"{e.rows:,}", f"{chain[0]:.1%}", f"{1 + sum(chain[:3]):.2f}",
+                  f"{e.n_bytes / 2**20:.0f}", e.path.name)
     Console().print(t if found else "no heads trained (specli heads train)")
 
 
 @heads_app.command("rm")
 @guarded
 def heads_rm(folder: Annotated[str, typer.Argument(help="A folder `specli heads list` shows, or all.")]) -> None:
-    """Delete trained heads (their extracted rows too)."""
+    """Delete trained learned drafters (their extracted rows too)."""
     from specli.heads import store
 
     root = store.heads_root()
@@ -134,12 +138,11 @@ def heads_rm(folder: Annotated[str, typer.Argument(help="A folder `specli heads 
 @heads_app.command("eval")
 @guarded
 def heads_eval(target: TargetOpt = None, threads: ThreadsOpt = None, as_json: JsonOpt = False) -> None:
-    """Held-out acceptance per head, tau, the draft cost in plain steps and the break-even."""
-    from specli.heads import evaluate as he
-
-    name, path = _target(target)
+    """Held-out acceptance per drafted token, tau, the draft cost in plain steps and the
+    break-even, with the batch costs of this machine's calibration (measured first if none)."""
+    name, _ = _target(target)
     t0 = time.perf_counter()
-    report = he.evaluate_target(path, name, threads)
+    report = _evaluate(name, threads)
     if as_json:
         print(json.dumps(report, indent=2))
         return
@@ -151,3 +154,22 @@ def heads_eval(target: TargetOpt = None, threads: ThreadsOpt = None, as_json: Js
     Console().print(t)
     Console().print(f"per head alone {', '.join(f'{a:.1%}' for a in report['alone'])}; coverage "
                     f"{report['coverage']:.1%}; plain step {report['step_ms']:.1f} ms ({time.perf_counter() - t0:.0f} s)")
+
+
+def _evaluate(name: str, threads: int | None) -> dict[str, Any]:
+    """`heads eval`'s report, the batch costs read from the calibration the runtime keeps
+    for this target alone (what auto prices verify batches with)."""
+    from specli.cli.voice import announcer
+    from specli.drafters.auto.costs import interpolate
+    from specli.heads import evaluate as he
+    from specli.runtime import open_runtime
+
+    s = profiles.resolve_settings(None, {"target": name, "threads": threads, "draft": "none", "history": False})
+    rt = open_runtime(s)
+    rt.announce = announcer()  # a first use measures only what it needs, and says so
+    try:
+        cal = rt.calibration()
+        return he.evaluate_target(rt.target.path, name, rt.target.n_vocab, cal.t1,
+                                  lambda n: interpolate(cal.sizes, cal.ratios, n))
+    finally:
+        rt.close()

@@ -49,7 +49,7 @@ app.add_typer(bench_app, name="bench",
 app.add_typer(models_app, name="models")
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(cache_app, name="cache")
-app.add_typer(heads_app, name="heads", short_help="Train and manage learned drafters (Medusa heads).")
+app.add_typer(heads_app, name="heads", short_help="Train and manage the learned drafters (Medusa heads, EAGLE).")
 app.command(short_help="Fill in the middle of a file at a cursor.")(complete)
 
 
