@@ -35,8 +35,8 @@ from specli.drafters.auto.costs import interpolate
 from specli.engine import GenerationConfig, generate, metrics
 from specli.profiles import Settings
 from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT, open_runtime
-from specli.runtime import calibration as cal_store
-from specli.runtime.calibration import Calibration
+from specli.runtime.measure import calibration as cal_store
+from specli.runtime.measure.calibration import Calibration
 
 STARTS = ("fresh", "detected", "healing")
 

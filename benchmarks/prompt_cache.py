@@ -28,8 +28,8 @@ from harness import serve_workloads as wl
 from specli import profiles
 from specli.engine import GenerationConfig, run
 from specli.runtime import open_runtime
-from specli.runtime.cache_files import DiskStore
-from specli.runtime.prompt_cache import PromptCache, identity
+from specli.runtime.kv.cache_files import DiskStore
+from specli.runtime.kv.prompt_cache import PromptCache, identity
 from specli.types import SamplingParams
 
 

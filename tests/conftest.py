@@ -118,6 +118,6 @@ def qwen_draft() -> Iterator[object]:
 def qwen_calibration(qwen_target: object) -> object:
     """Costs and numerics of the Qwen target with the default (one-batch) options."""
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import measure
+    from specli.runtime.measure.calibration import measure
 
     return measure(qwen_target, None, qwen_target.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from conftest import GEMMA, QWEN_DRAFT, QWEN_F16, QWEN_TARGET, SMOL, model_file
 
 from specli.backend import LoadOptions, Model, StreamDetokenizer, check_gguf_header, read_model_info
 from specli.errors import BackendError, ContextError, ModelError
-from specli.runtime.calibration import Calibration
+from specli.runtime.measure.calibration import Calibration
 
 EXPECTED = {
     # name: (architecture, n_vocab, has chat template)
@@ -162,7 +162,7 @@ def test_truncated_gguf_is_refused(tmp_path) -> None:  # type: ignore[no-untyped
 def exact_q4() -> Iterator[tuple[Model, int]]:
     """The Q4_K_M target loaded for exact verification, with its measured exact chunk."""
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import measure_exact_batch
+    from specli.runtime.measure.calibration import measure_exact_batch
 
     m = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=1024, exact_verify=True))
     yield m, measure_exact_batch(m, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])
@@ -217,7 +217,7 @@ def test_calibration_noise_covers_long_contexts() -> None:
     attention and a batch does not: SmolLM2's noise there is not 0 even where its short
     probe is bit-exact, and the calibrated noise (the near-tie bound's source) covers it."""
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import NOISE_CONTEXT, long_context_diff, measure
+    from specli.runtime.measure.calibration import NOISE_CONTEXT, long_context_diff, measure
 
     smol = Model(model_file(SMOL), LoadOptions(n_ctx=NOISE_CONTEXT + 64, n_threads=2))
     context = smol.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT]

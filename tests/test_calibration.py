@@ -16,9 +16,9 @@ from specli.backend import LoadOptions, Model
 from specli.drafters import AutoDrafter, NgramDrafter
 from specli.drafters.auto.costs import CostModel
 from specli.engine import GenerationConfig, generate
-from specli.runtime import calibration
-from specli.runtime.calibration import Calibration, exact_batch_from, fix_outliers
-from specli.runtime.load import Load
+from specli.runtime.measure import calibration
+from specli.runtime.measure.calibration import Calibration, exact_batch_from, fix_outliers
+from specli.runtime.measure.load import Load
 
 
 def test_cache_round_trip_and_version(tmp_path: Path) -> None:

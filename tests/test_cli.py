@@ -165,8 +165,8 @@ def test_calibrate_check_compares_the_table_with_runs_and_now(tmp_path, monkeypa
     from specli import profiles
     from specli.drafters.auto.costs import interpolate
     from specli.runtime import open_runtime
-    from specli.runtime.calibration import load
-    from specli.runtime.load import Load
+    from specli.runtime.measure.calibration import load
+    from specli.runtime.measure.load import Load
 
     monkeypatch.setenv("SPECLI_MODELS_DIR", str(model_file(SMOL).parent))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -10,7 +10,7 @@ import numpy as np
 
 from specli.drafters.auto.costs import CostModel, interpolate
 from specli.drafters.auto.policy import AcceptanceStats, choose
-from specli.runtime.calibration import CONTEXT_SIZES, Calibration, context_points, with_contexts
+from specli.runtime.measure.calibration import CONTEXT_SIZES, Calibration, context_points, with_contexts
 
 SIZES = [1, 2, 4, 8, 16, 33]
 # the F16 target on this machine (2 threads): plain steps per batch at 128 cached tokens,

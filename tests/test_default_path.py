@@ -14,7 +14,7 @@ from conftest import QWEN_DRAFT, QWEN_TARGET, SMOL, model_file
 from typer.testing import CliRunner
 
 from specli.cli import app
-from specli.runtime import calibration, first_use
+from specli.runtime.measure import calibration, first_use
 
 runner = CliRunner()
 
@@ -82,7 +82,7 @@ def test_default_profile_end_to_end(name: str, calibration_file: Path, tmp_path:
         measured.append("measure")
         return measure(*args, **kwargs)
 
-    def counted_quick(*args: Any, **kwargs: Any) -> calibration.Calibration:  # a first use's (runtime.first_use)
+    def counted_quick(*args: Any, **kwargs: Any) -> calibration.Calibration:  # a first use's (runtime.measure.first_use)
         measured.append("quick")
         return quick(*args, **kwargs)
 

@@ -27,7 +27,7 @@ from specli.engine.metrics import acceptance_rate, mean_accepted_length
 from specli.engine.sampling import probs_from_logits
 from specli.engine.verify import MarginRecorder
 from specli.errors import ContextError, UsageError
-from specli.runtime.calibration import Calibration
+from specli.runtime.measure.calibration import Calibration
 from specli.runtime.pair import check_pair
 from specli.types import Draft, Drafter, SamplingParams, Verdict
 
@@ -268,7 +268,7 @@ def test_a_real_near_tie_is_told_apart_from_a_mismatch(qwen_target: Model, qwen_
 @pytest.fixture(scope="module")
 def qwen_exact() -> Iterator[Model]:
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-    from specli.runtime.calibration import measure_exact_batch
+    from specli.runtime.measure.calibration import measure_exact_batch
 
     m = Model(model_file(QWEN_TARGET), LoadOptions(n_ctx=4096, exact_verify=True))
     m.exact_batch = measure_exact_batch(m, m.tokenize(CALIBRATION_TEXT)[:CALIBRATION_CONTEXT])

@@ -1,5 +1,5 @@
 """A first run measures only what it needs, says so first, and leaves the rest to
-`specli calibrate` (runtime.first_use), on the real SmolLM2 pair."""
+`specli calibrate` (runtime.measure.first_use), on the real SmolLM2 pair."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from conftest import SMOL, model_file
 
 from specli import profiles
 from specli.backend import LoadOptions, Model
-from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT, calibration, first_use, open_runtime
-from specli.runtime.first_use import Why
+from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT, open_runtime
+from specli.runtime.measure import calibration, first_use
+from specli.runtime.measure.first_use import Why
 
 
 @pytest.fixture(scope="module")

@@ -107,6 +107,20 @@ def test_the_heads_core_imports_only_itself() -> None:
                     f"{path.relative_to(ROOT.parent)} imports {module}")
 
 
+# runtime's subpackages sit below the loaded pair: wiring, slots and rounds use them, never
+# the other way (nor the package itself, which hands out wiring's Runtime)
+BELOW_THE_PAIR = ("specli.runtime.measure", "specli.runtime.kv")
+THE_PAIR = ("specli.runtime", "specli.runtime.wiring", "specli.runtime.slots", "specli.runtime.rounds")
+
+
+def test_measure_and_kv_never_import_the_loaded_pair() -> None:
+    modules = frozenset(name for name, _, _ in _modules())
+    for name, path, tree in _modules():
+        if name.startswith(BELOW_THE_PAIR):
+            for module in _imports(tree, False, modules, type_checking=True):
+                assert module not in THE_PAIR, f"{path.relative_to(ROOT.parent)} imports {module}"
+
+
 PROTOCOLS = "specli.serve.protocols"
 PROTOCOL_PACKAGES = ("openai_completions", "anthropic_messages", "openai_responses", "llama_server")
 ROUTE_TABLE = "specli.serve.app"

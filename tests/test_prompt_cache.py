@@ -10,8 +10,8 @@ import pytest
 
 from specli.engine import GenerationConfig
 from specli.engine.core import generate_steps
-from specli.runtime.cache_files import DiskStore
-from specli.runtime.prompt_cache import MIN_ENTRY, PromptCache, identity, worth_saving
+from specli.runtime.kv.cache_files import DiskStore
+from specli.runtime.kv.prompt_cache import MIN_ENTRY, PromptCache, identity, worth_saving
 
 CONFIG = GenerationConfig(max_tokens=24)
 

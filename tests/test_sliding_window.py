@@ -14,7 +14,7 @@ from conftest import GEMMA, model_file
 from specli.backend import LoadOptions, Model
 from specli.engine import GenerationConfig, run
 from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT
-from specli.runtime.calibration import measure_exact_batch
+from specli.runtime.measure.calibration import measure_exact_batch
 from specli.types import Draft, Drafter
 
 WINDOW_TEXT = "The river keeps its own counsel; the stones remember every flood. " * 70  # ~1,000 tokens

@@ -111,7 +111,7 @@ class Model(ModelText, ModelFeatures):
             )
         self.n_ctx = int(llama_cpp.llama_n_ctx(self._ctx)) // self.n_seq  # per sequence
         self.n_batch = int(llama_cpp.llama_n_batch(self._ctx))  # llama.cpp may clamp it
-        # largest batch whose logits equal one-token decoding bit for bit (runtime.calibration measures it)
+        # largest batch whose logits equal one-token decoding bit for bit (runtime.measure.calibration measures it)
         self.exact_batch = 1
         self._mem = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)

@@ -34,7 +34,7 @@ from specli.engine.verify import MarginRecorder
 from specli.errors import SpecliError
 from specli.history import SuffixIndex
 from specli.profiles import Settings
-from specli.runtime import calibration
+from specli.runtime.measure import calibration
 from specli.runtime.prompting import Message
 
 if TYPE_CHECKING:

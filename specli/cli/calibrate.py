@@ -8,8 +8,14 @@ from rich.table import Table
 
 from specli.cli.guard import err_console
 from specli.drafters.auto.costs import SHAPE_DRIFT, interpolate
-from specli.runtime.calibration import CONTEXT_SIZES, Calibration, context_points, load, why_provisional
-from specli.runtime.first_use import duration, full_seconds
+from specli.runtime.measure.calibration import (
+    CONTEXT_SIZES,
+    Calibration,
+    context_points,
+    load,
+    why_provisional,
+)
+from specli.runtime.measure.first_use import duration, full_seconds
 from specli.runtime.wiring import CALIBRATION_CONTEXT, Runtime
 
 

@@ -19,7 +19,7 @@ from specli.engine import generate, metrics
 from specli.errors import SpecliError, Terminated
 from specli.profiles import Settings
 from specli.runtime import Runtime, prompting
-from specli.runtime.prompt_cache import CacheOptions, PromptCache, open_prompt_cache
+from specli.runtime.kv.prompt_cache import CacheOptions, PromptCache, open_prompt_cache
 from specli.types import FinishReason
 
 HELP = """\

@@ -251,8 +251,8 @@ def calibrate(
 
     from specli.cli import calibrate as view
     from specli.runtime import CALIBRATION_CONTEXT, CALIBRATION_TEXT, open_runtime
-    from specli.runtime.calibration import load as load_calibration
-    from specli.runtime.calibration import quick_probe
+    from specli.runtime.measure.calibration import load as load_calibration
+    from specli.runtime.measure.calibration import quick_probe
 
     s = profiles.resolve_settings(profile, {**overrides, "drafter": "auto", "history": False})
     rt = open_runtime(s, recalibrate=not (show or check))
@@ -369,7 +369,7 @@ def serve(
     overrides: dict[str, Any],
 ) -> None:
     """Serve the pair over the OpenAI and Anthropic HTTP APIs."""
-    from specli.runtime.prompt_cache import CacheOptions
+    from specli.runtime.kv.prompt_cache import CacheOptions
     from specli.serve.server import ServeOptions, run_serve
 
     s = profiles.resolve_settings(profile, overrides)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from specli.backend.sequence import SeqModel, common_prefix, take_prefix
-from specli.runtime.prompt_cache import PromptCache
+from specli.runtime.kv.prompt_cache import PromptCache
 from specli.runtime.rounds import Round, Rounds
 from specli.runtime.wiring import Runtime
 

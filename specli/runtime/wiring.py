@@ -41,9 +41,10 @@ from specli.heads.loaded import LEARNED_DRAFTERS, LoadedHeads, has_heads, heads_
 from specli.heads.online import OnlineHeads, Round
 from specli.history import HistoryStore, SuffixIndex
 from specli.profiles import Settings, reads_history
-from specli.runtime import calibration, first_use, prompting
-from specli.runtime.calibration import CONTEXT_SIZES, Calibration
+from specli.runtime import prompting
 from specli.runtime.draft_choice import choose
+from specli.runtime.measure import calibration, first_use
+from specli.runtime.measure.calibration import CONTEXT_SIZES, Calibration
 from specli.types import Drafter
 
 
@@ -88,7 +89,7 @@ class Runtime:
     # a server starts at once: batch costs at long context not measured yet are priced from
     # the short-context table and corrected from the requests served (`specli calibrate --ctx`)
     defer_context_costs: bool = False
-    # generate, chat: a first use measures only what the run needs (seconds, runtime.first_use) and says so
+    # generate, chat: a first use measures only what the run needs (seconds, runtime.measure.first_use) and says so
     # through this at once; the rest waits for `specli calibrate` (None: measured in full, as bench needs)
     announce: Callable[[str], None] | None = None
     _calibration: Calibration | None = field(default=None, repr=False)

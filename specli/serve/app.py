@@ -20,7 +20,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from specli.runtime.prompt_cache import default_dir
+from specli.runtime.kv.prompt_cache import default_dir
 from specli.serve import errors, generation, web
 from specli.serve.errors import ApiError
 from specli.serve.protocols import anthropic_messages, llama_server, openai_completions, openai_responses

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from specli.engine import metrics
 from specli.engine.grammar import Grammar
 from specli.profiles import Settings
-from specli.runtime.prompt_cache import CacheUse
+from specli.runtime.kv.prompt_cache import CacheUse
 from specli.serve.outcome import Pushed
 from specli.serve.request import Request
 

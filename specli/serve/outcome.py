@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from specli.engine import FINISH_STOP, metrics
 from specli.engine.adjust import TokenLogprob
-from specli.runtime.prompt_cache import CacheUse
+from specli.runtime.kv.prompt_cache import CacheUse
 from specli.serve.errors import ApiError
 from specli.serve.tools import ToolCall
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, SpecliError, UsageError
 from specli.profiles import Settings
 from specli.runtime import Runtime
-from specli.runtime.prompt_cache import CacheOptions
+from specli.runtime.kv.prompt_cache import CacheOptions
 from specli.serve import DEFAULT_HOST, DEFAULT_MAX_BODY_MIB, DEFAULT_PORT, DEFAULT_QUEUE
 from specli.serve.app import AppConfig, create_app
 from specli.serve.jobs import RequestRecord

@@ -15,7 +15,7 @@ from typing import Any
 from specli.engine.adjust import TokenLogprob
 from specli.engine.metrics import Counters
 from specli.engine.text import StepEvent
-from specli.runtime.prompt_cache import CacheUse
+from specli.runtime.kv.prompt_cache import CacheUse
 
 TARGET = "target"  # the source of a token the target wrote itself
 LEARNED = {"medusa": "heads", "eagle": "heads"}  # the page marks every learned drafter's tokens alike

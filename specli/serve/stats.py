@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from specli.engine import metrics
 from specli.heads.online import OnlineHeads
-from specli.runtime.prompt_cache import CacheStats
+from specli.runtime.kv.prompt_cache import CacheStats
 from specli.runtime.slots import SlotStats
 from specli.serve.jobs import RequestRecord
 

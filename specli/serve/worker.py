@@ -28,7 +28,7 @@ from specli.heads.online import OnlineHeads, Round
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime
 from specli.runtime.fim import EDITOR_STOPS, EditorText
-from specli.runtime.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
+from specli.runtime.kv.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors
 from specli.serve.errors import invalid

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specli.drafters.auto.costs import interpolate
-from specli.runtime import calibration
-from specli.runtime.calibration import (
+from specli.runtime.measure import calibration
+from specli.runtime.measure.calibration import (
     EXACT_SIZES_MAX,
     NOISE_CONTEXT,
     NOISE_ROWS,
@@ -41,7 +41,7 @@ from specli.runtime.calibration import (
     context_points,
     exact_batch_from,
 )
-from specli.runtime.load import LoadProbe, sample
+from specli.runtime.measure.load import LoadProbe, sample
 from specli.types import LanguageModel
 
 QUICK_SIZES = (2, 4, 8, 16, 33)  # timed TIMED_PASSES times each; the controller interpolates between them

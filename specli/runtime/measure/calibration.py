@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from specli.drafters.auto.costs import DRIFT
-from specli.runtime.load import Load, LoadProbe, sample
+from specli.runtime.measure.load import Load, LoadProbe, sample
 from specli.types import LanguageModel
 
 CALIBRATION_VERSION = 6  # 6: noise of a tiled-attention batch too (NOISE_ROWS)
@@ -60,7 +60,7 @@ class Calibration:
     remeasured_sizes: list[int] = field(default_factory=list)
     # the machine was busy while measuring (see `load`): used until an idle start measures again
     provisional: bool = False
-    load: dict[str, float] = field(default_factory=dict)  # the machine while measuring (runtime.load.Load)
+    load: dict[str, float] = field(default_factory=dict)  # the machine while measuring (runtime.measure.load.Load)
     # what the last run observed at short context (CostModel.observed: t1, t1_off, sizes,
     # ratios), when ("at") and whether it corrected the table ("corrected")
     observed: dict[str, Any] = field(default_factory=dict)
@@ -69,7 +69,7 @@ class Calibration:
     contexts: list[int] = field(default_factory=list)
     context_ratios: list[list[float]] = field(default_factory=list)
     context_t1: list[float] = field(default_factory=list)  # a plain step there, seconds
-    # only what a first run needed, in seconds (runtime.first_use): a few batch sizes timed once,
+    # only what a first run needed, in seconds (runtime.measure.first_use): a few batch sizes timed once,
     # the noise at short context only; `specli calibrate` (and bench, serve) measure it in full
     quick: bool = False
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from specli.backend import Model, StateBuffer, available_memory, build_id, resolved_kernels
 from specli.gguf import fingerprint
-from specli.runtime.cache_files import DiskStore, Header, Identity
+from specli.runtime.kv.cache_files import DiskStore, Header, Identity
 
 MIN_ENTRY = 256  # tokens: a shorter conversation is prefilled again in a few seconds
 # of the live conversation, what a request must drop for it to be saved: Claude Code's new
