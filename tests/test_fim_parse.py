@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from specli.errors import UsageError
-from specli.runtime.fim import EditorStops, EditorText, FimFields, check_fim, fim_prompt, model_fim_prompt
 from specli.serve.errors import ApiError
+from specli.serve.fim import EditorStops, EditorText, FimFields, check_fim, fim_prompt, model_fim_prompt
 from specli.serve.protocols.llama_server.request import parse_infill
 from specli.serve.protocols.openai_completions.request import parse_request
 from specli.types import FimTokens

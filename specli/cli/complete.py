@@ -17,7 +17,7 @@ from specli.cli.files import read_text_file
 from specli.cli.guard import err_console, guarded, print_notes
 from specli.cli.options import GENERATION, JsonOpt, ProfileOpt, RecalibrateOpt, with_settings
 from specli.errors import UsageError
-from specli.runtime.fim import EDITOR_STOPS, EditorStops, EditorText, FimFields, first_code_line
+from specli.serve.fim import EDITOR_STOPS, EditorStops, EditorText, FimFields, first_code_line
 
 _CURSOR = re.compile(r"^(?P<path>.+?):(?P<line>\d+):(?P<col>\d+)$")
 
@@ -76,7 +76,7 @@ def complete(
     from specli.cli.dashboard import summary_line
     from specli.engine import generate, metrics
     from specli.runtime import open_runtime
-    from specli.runtime.fim import model_fim_prompt
+    from specli.serve.fim import model_fim_prompt
 
     s = profiles.resolve_settings(profile, overrides)
     fields = fields_from(cursor, prefix, suffix, extra or [])

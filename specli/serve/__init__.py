@@ -1,5 +1,5 @@
 """`specli serve`: one loaded pair over HTTP, in several protocols. Imported only by the
-command. The tree, in the order a request meets it:
+command (`specli complete` shares fim). The tree, in the order a request meets it:
 
 - server: uvicorn, signals, exit codes; view: the log lines and the live table
 - security: before any route, the Host, Origin and Content-Type checks and CORS (what the
@@ -12,6 +12,7 @@ command. The tree, in the order a request meets it:
 - request: the one internal request; outcome: what a job pushes back (`Delta`, `Outcome`)
 - rendering: a request's prompt tokens and answer grammar; tools, schemas: tool calls and
   structured output
+- fim: fill-in-the-middle prompts from the model's FIM tokens, and the stops an editor needs
 - worker: the slots, the queue and the generation threads; sources: the web page's token marks
 - figures: `timings` and the `specli` object every answer carries; stats: /metrics
 - errors: every error a client gets; web/: the chat page at /

@@ -11,8 +11,8 @@ from specli.engine.grammar import Grammar
 from specli.errors import TemplateError, UsageError
 from specli.profiles import Settings
 from specli.runtime import Runtime, prompting
-from specli.runtime.fim import model_fim_prompt
 from specli.serve.errors import invalid
+from specli.serve.fim import model_fim_prompt
 from specli.serve.request import Request
 from specli.serve.tools import check_template, tool_grammar
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specli.runtime.fim import EditorStops, FimFields
+from specli.serve.fim import EditorStops, FimFields
 from specli.serve.tools import Structure
 
 

@@ -27,11 +27,11 @@ from specli.errors import SpecliError
 from specli.heads.online import OnlineHeads, Round
 from specli.profiles import NEEDS_DRAFT_MODEL, Settings
 from specli.runtime import Runtime, open_runtime
-from specli.runtime.fim import EDITOR_STOPS, EditorText
 from specli.runtime.kv.prompt_cache import CacheOptions, CacheUse, PromptCache, open_prompt_cache
 from specli.runtime.slots import Slot, Slots, parkable
 from specli.serve import errors
 from specli.serve.errors import invalid
+from specli.serve.fim import EDITOR_STOPS, EditorText
 from specli.serve.jobs import Job, RequestRecord, SlotView
 from specli.serve.outcome import Delta, Outcome, Pushed, finish_of, token_logprobs
 from specli.serve.rendering import answer_grammar

@@ -13,8 +13,8 @@ from typing import Any
 from specli.engine.grammar import Grammar, compile_grammar
 from specli.profiles import SPECS
 from specli.profiles.spec import Bad
-from specli.runtime.fim import EditorStops, FimFields, first_code_line
 from specli.serve.errors import invalid, kind_of
+from specli.serve.fim import EditorStops, FimFields, first_code_line
 from specli.serve.request import Options
 from specli.serve.schemas import NotASchema, served, served_arguments
 from specli.serve.tools import CustomTool, Structure

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from specli.runtime.fim import FimFields
 from specli.serve.errors import invalid, kind_of
+from specli.serve.fim import FimFields
 from specli.serve.protocols.fields import editor_stops, opt_bool, opt_str, parse_options
 from specli.serve.request import Fields, Request
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from specli.engine.grammar import Grammar
-from specli.runtime.fim import FimFields
 from specli.serve.errors import invalid, kind_of
+from specli.serve.fim import FimFields
 from specli.serve.protocols.fields import (
     chosen_tool,
     editor_stops,
