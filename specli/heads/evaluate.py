@@ -2,7 +2,7 @@
 
 Held-out acceptance comes from the training's held-out documents (teacher-forced along
 the target's own rows). A plain step and a verify batch of k + 1 rows come from this
-machine's calibration (runtime.calibration, read by the command); the drafters' chains
+machine's calibration (runtime.measure.calibration, read by the command); the drafters' chains
 of k tokens are timed here, each the median of several. A chain of k pays when
 tau(k) > (verify batch + drafting) in plain steps.
 """
