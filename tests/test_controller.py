@@ -479,3 +479,62 @@ def test_a_draft_models_catch_up_is_priced_as_observed() -> None:
     costs.observe_catch_up(2000, 2000 * 0.03)  # 0.03 target steps a token: dearer than the curve says
     assert abs(costs.draft_costs("draft", 1, 2000)[1] - 2000 * 0.03) < 1e-9 and before < 2000 * 0.03
     assert costs.draft_costs("draft", 1, 1)[1] == costs.draft_ratio * costs.step  # no catch-up: one draft step
+
+
+class _ChainStub:
+    """Medusa heads' drafting surface for pure decisions: always the same token."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self.vocab = np.arange(8, dtype=np.int32)
+
+    @property
+    def n_heads(self) -> int:
+        return 3
+
+    def chain_logits(self, h, k):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np.zeros((k, len(self.vocab)), np.float32)
+
+
+class _Hidden:
+    def hidden_at(self, pos: int):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np.zeros(4, np.float32)
+
+
+def _heads_probes(verify: list[float], ceiling: tuple[float, ...], steps: int = 400) -> int:
+    """Steps in which auto drafted with Medusa heads whose estimate starts at 0.3 and whose
+    held-out ceiling is `ceiling`; every drafted token is rejected."""
+    from specli.drafters.auto import AutoDrafter
+    from specli.drafters.heads import MedusaDrafter
+
+    costs = CostModel.from_measured(verify, 0.0)
+    costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
+    costs.observe_heads = lambda *a: None  # type: ignore[method-assign]
+    costs.heads_ratios["medusa"] = 0.05
+    heads = MedusaDrafter(_ChainStub(), _Hidden(), 8, prior=0.3, ceiling=ceiling)
+    auto = AutoDrafter(costs, None, None, explore_every=4, heads=[heads])
+    history = [9, 9]
+    auto.begin(history)
+    drafted = 0
+    for _ in range(steps):
+        d = auto.propose(history, 3)
+        drafted += bool(d.tokens)
+        history.append(9)
+        auto.accept(history, 0, 0.0)
+    return drafted
+
+
+def test_learned_drafters_are_probed_only_where_their_ceiling_could_pay() -> None:
+    """Heads whose held-out acceptance (flattering: the training's own kind of text) could
+    not pay for a verify row at this machine's costs are never tried (the CPU's Q4_K_M: a
+    2-row batch costs 1.42 plain steps); heads that could are probed, on a schedule."""
+    q4, f16 = [1.0, 1.42, 2.05, 2.23], [1.0, 1.08, 1.15, 1.25]
+    assert _heads_probes(q4, (0.44, 0.6, 0.7)) == 0
+    assert _heads_probes(q4, (0.95, 0.95, 0.95)) > 0  # a ceiling that pays: probed
+    assert _heads_probes(f16, (0.44, 0.6, 0.7)) > 0  # cheap batches: the same heads are worth a probe
+    assert AcceptanceStats.fixed([0.5, 0.8]).rates(3) == pytest.approx([0.5, 0.8, 0.8])

@@ -65,7 +65,11 @@ def test_heads_are_saved_listed_and_keyed_to_their_target(trained: heads_trainin
     assert [e.path for e in store.entries()] == [trained.folder]
     got = load_heads(target.path, SMOL, None, target.n_vocab)
     assert got.medusa.n_heads == 3 and len(got.medusa.vocab) == RECIPE.vocab and got.eagle is not None
-    assert got.priors == {"medusa": recipe["held_out"]["alone"][0], "eagle": recipe["eagle"]["held_out"]["alone"][0]}
+    for name, held in (("medusa", recipe["held_out"]), ("eagle", recipe["eagle"]["held_out"])):
+        # estimates start at what holds on unseen text; the held-out chain is the ceiling
+        prior = got.priors[name]
+        assert prior.start == min(store.UNSEEN_PRIOR, held["alone"][0])
+        assert np.allclose(np.cumprod(prior.ceiling), held["chain"]) and prior.ceiling[0] == held["chain"][0]
     assert set(got.seconds) == {"medusa", "eagle"} and all(v > 0 for v in got.seconds.values())
     # trained: the first drafted token agrees with the target well above chance on held-out rows
     assert recipe["held_out"]["alone"][0] > 0.1 and recipe["eagle"]["held_out"]["alone"][0] > 0.1

@@ -60,21 +60,22 @@ class LearnedDrafter(Drafter):
     n_heads: int  # most tokens one chain drafts
 
     def __init__(self, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
-                 sample_draft: bool = True, prior: float = 0.3) -> None:
+                 sample_draft: bool = True, prior: float = 0.3, ceiling: Sequence[float] = ()) -> None:
         """`n_vocab`: the target's (q is dense over it); `sample_draft`: at temperature > 0
         draw drafts from q (else the argmax, a one-hot q: lossless too); `prior`: the
-        first token's held-out acceptance, where a controller starts from."""
+        first token's acceptance on unseen text, where a controller's estimate starts;
+        `ceiling`: the conditional acceptance per drafted position at best (on the
+        training's held-out documents), beyond which a controller need not hope."""
         self.target, self.n_vocab, self.sampling = target, n_vocab, sampling
         self.stochastic = sample_draft and not sampling.greedy
         self.prior = prior
+        self.ceiling = tuple(ceiling) or (prior,)
         self.rng = np.random.default_rng(None if sampling.seed is None else sampling.seed + 2)
-        self.seconds = 0.0  # spent in the drafter's arithmetic
+        # spent in the drafter's arithmetic (drafting work: the engine's clock files it under
+        # draft, as it does a lookup's; control_seconds stays a controller's own)
+        self.seconds = 0.0
         self.last_seconds = 0.0  # ...by the last proposal
         self.missed = 0  # proposals without a hidden state to draft from
-
-    @property
-    def control_seconds(self) -> float:
-        return self.seconds
 
     def _hidden(self, history: Sequence[int]) -> np.ndarray | None:
         """The row that predicted history[-1]: it sits at the position before it."""
@@ -118,8 +119,8 @@ class MedusaDrafter(LearnedDrafter):
     name = "medusa"
 
     def __init__(self, heads: ChainHeads, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
-                 sample_draft: bool = True, prior: float = 0.3) -> None:
-        super().__init__(target, n_vocab, sampling, sample_draft, prior)
+                 sample_draft: bool = True, prior: float = 0.3, ceiling: Sequence[float] = ()) -> None:
+        super().__init__(target, n_vocab, sampling, sample_draft, prior, ceiling)
         self.heads, self.vocab, self.n_heads = heads, heads.vocab, heads.n_heads
 
     def _chain(self, h: np.ndarray, token: int, k: int, pick: Pick) -> None:
@@ -131,8 +132,9 @@ class EagleDrafter(LearnedDrafter):
     name = "eagle"
 
     def __init__(self, head: FeatureHead, target: Features, n_vocab: int, sampling: SamplingParams = SamplingParams(),
-                 sample_draft: bool = True, prior: float = 0.3, n_heads: int = 4) -> None:
-        super().__init__(target, n_vocab, sampling, sample_draft, prior)
+                 sample_draft: bool = True, prior: float = 0.3, ceiling: Sequence[float] = (),
+                 n_heads: int = 4) -> None:
+        super().__init__(target, n_vocab, sampling, sample_draft, prior, ceiling)
         self.head, self.vocab, self.n_heads = head, head.vocab, n_heads
 
     def _chain(self, h: np.ndarray, token: int, k: int, pick: Pick) -> None:

@@ -37,21 +37,23 @@ def has_heads(target_path: Path) -> bool:
 
 @dataclass
 class LoadedHeads:
-    """A target's learned drafters' weights, their held-out first-token acceptance, and
-    seconds each takes per drafted token here."""
+    """A target's learned drafters' weights, what a controller may expect of each
+    (heads.store.Prior), and seconds each takes per drafted token here."""
 
     medusa: MedusaHeads
     eagle: EagleHead | None
-    priors: dict[str, float]
+    priors: dict[str, heads_store.Prior]
     seconds: dict[str, float]
 
     def drafter(self, name: str, target: Any, sampling: SamplingParams) -> LearnedDrafter:
         if name == "medusa":
-            return MedusaDrafter(self.medusa, target, target.n_vocab, sampling, prior=self.priors["medusa"])
+            p = self.priors["medusa"]
+            return MedusaDrafter(self.medusa, target, target.n_vocab, sampling, prior=p.start, ceiling=p.ceiling)
         if self.eagle is None:
             raise UsageError("these heads were trained without the EAGLE feature drafter",
                              "train them again: specli heads train")
-        return EagleDrafter(self.eagle, target, target.n_vocab, sampling, prior=self.priors["eagle"],
+        p = self.priors["eagle"]
+        return EagleDrafter(self.eagle, target, target.n_vocab, sampling, prior=p.start, ceiling=p.ceiling,
                             n_heads=self.medusa.n_heads)
 
     def drafters(self, target: Any, sampling: SamplingParams) -> list[LearnedDrafter]:

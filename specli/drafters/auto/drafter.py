@@ -71,7 +71,9 @@ class AutoDrafter(Drafter):
     ) -> None:
         """`heads`: the target's learned drafters (Medusa heads, the EAGLE-style feature
         drafter), each priced by its measured arithmetic and acceptance like the draft
-        model (its held-out acceptance is the prior)."""
+        model, from a prior that holds on text of another kind than its training's, and
+        probed only where its held-out acceptance (its ceiling) could pay at this
+        machine's costs."""
         self._costs = costs
         self.draft = draft
         self.heads = {h.name: h for h in heads}
@@ -81,7 +83,7 @@ class AutoDrafter(Drafter):
         learned = learned or Learned()
         self.acceptance = learned.acceptance
         for h in heads:
-            if h.name not in self.acceptance or not self.acceptance[h.name].drafted:  # their held-out acceptance
+            if h.name not in self.acceptance or not self.acceptance[h.name].drafted:  # what holds on unseen text
                 self.acceptance[h.name] = AcceptanceStats(prior=h.prior)
         # index-lookup acceptance by match: (length, whether every earlier occurrence of the
         # matched text went on with the first drafted token). A 6-token match predicts far
@@ -170,9 +172,10 @@ class AutoDrafter(Drafter):
         probe_loss = self._probe_loss()
         for name, n in available.items():
             if (n > 0 and choice.drafter != name and self._since_tried[name] >= self._interval[name]
-                    and self.ledger.can_lose(probe_loss + (self.costs.draft_ratio if name == "draft" else 0.0))):
+                    and self.ledger.can_lose(probe_loss + self._draft_steps(name))):
                 left = self._max_new - (len(history) - self._n_start)
-                if name == "draft" and not self._hopeful(name, n, pending, choice, left):
+                if ((name == "draft" and not self._hopeful(name, n, pending, choice, left))
+                        or (name in self.heads and not self._could_pay(name, n, choice))):
                     self._since_tried[name] = 0
                     continue
                 if name in lookups and stats[name].rates(1)[0] < PROBE_MIN_RATE:
@@ -270,6 +273,19 @@ class AutoDrafter(Drafter):
         backlog = self.costs.draft_costs(name, 1, pending)[1] - self.costs.draft_costs(name, 1, 1)[1]
         return saved > backlog
 
+    def _draft_steps(self, name: str) -> float:
+        """What drafting one token with `name` costs beside its verify row, in plain steps."""
+        return self.costs.draft_ratio if name == "draft" else self.costs.heads_ratios.get(name, 0.0)
+
+    def _could_pay(self, name: str, n: int, choice: Choice) -> bool:
+        """Could the learned drafter `name` beat `choice` if the text went as well as its
+        training's held-out documents (a ceiling: they flatter), at this machine's measured
+        batch costs and its arithmetic? Where not, a probe can only lose: a Q4_K_M target
+        on a 2-core CPU pays 1.4 plain steps for a 2-row batch, so one drafted token must be
+        accepted over 40 % of the time, and more with the heads' own time."""
+        hopeful = {name: AcceptanceStats.fixed(self.heads[name].ceiling)}
+        return choose(self.costs, hopeful, {name: n}).speed > choice.speed
+
     def _probe_loss(self) -> float:
         """What a failed one-token probe costs: a 2-token batch over a plain step, at most
         one step (two tokens could be decoded one by one), whatever a poisoned table says."""
@@ -298,8 +314,7 @@ class AutoDrafter(Drafter):
             if n_drafted == 0:
                 self.ledger.plain()
             elif verify_seconds > 0 and self.costs.step > 0:  # priced before this step corrects the costs
-                per_token = self.costs.draft_ratio if name == "draft" else self.costs.heads_ratios.get(name, 0.0)
-                draft_steps = n_drafted * per_token
+                draft_steps = n_drafted * self._draft_steps(name)
                 self.ledger.record(self._prefix + n_accepted + 1, verify_seconds / self.costs.step + draft_steps)
             corrections = self.costs.corrections
             # the batch: forced tokens before, its draft, forced tokens after (k = 0: a plain step)

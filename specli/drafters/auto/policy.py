@@ -74,6 +74,14 @@ class AcceptanceStats:
     accepted: list[float] = field(default_factory=list)
     drafted: list[float] = field(default_factory=list)
 
+    @classmethod
+    def fixed(cls, rates: Sequence[float]) -> AcceptanceStats:
+        """Stats that give `rates` (conditional, per position; the last one past them) and
+        that no update moves: for asking what a drafter would earn at a given acceptance."""
+        big = 1e12
+        return cls(prior=rates[0] if rates else 0.0, decay=1.0, accepted=[big * r for r in rates],
+                   drafted=[big] * len(rates))
+
     def update(self, n_drafted: int, n_accepted: int) -> None:
         grow = n_drafted - len(self.drafted)
         if grow > 0:
