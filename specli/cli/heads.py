@@ -90,7 +90,7 @@ def _reporter(bar: Progress, task: Any) -> Any:
 def _print_acceptance(recipe: dict[str, Any]) -> None:
     from specli.heads import store
 
-    held, eagle = store.held_out(recipe, "medusa"), store.held_out(recipe, "eagle")
+    held, eagle = store.held_out_acceptance(recipe, "medusa"), store.held_out_acceptance(recipe, "eagle")
     t = Table("drafted token k", "Medusa head k alone", "Medusa chain", "Medusa tau", "EAGLE alone", "EAGLE chain",
               "EAGLE tau", title="held-out agreement with the target")
     for i, (a, c) in enumerate(zip(held["alone"], held["chain"])):
@@ -114,7 +114,7 @@ def heads_list(as_json: JsonOpt = False) -> None:
         return
     t = Table("target", "kind", "rows", "alpha_1", "tau at 3", "MB", "folder")
     for e in found:
-        chain = store.held_out(e.recipe, "medusa")["chain"] or [0.0]
+        chain = store.held_out_acceptance(e.recipe, "medusa")["chain"] or [0.0]
         t.add_row(e.target, str(e.recipe.get("kind")), f"{e.rows:,}", f"{chain[0]:.1%}", f"{1 + sum(chain[:3]):.2f}",
                   f"{e.n_bytes / 2**20:.0f}", e.path.name)
     Console().print(t if found else "no heads trained (specli heads train)")

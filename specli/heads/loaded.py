@@ -1,6 +1,6 @@
 """The target's learned drafters, loaded for a runtime: its trained Medusa heads (or
 those a setting names, refused when trained on another file), the EAGLE-style feature
-drafter beside them, their held-out acceptance and the cost of their arithmetic measured
+drafter beside them, what a controller may expect of each and the cost of their arithmetic measured
 here; `drafter` makes the drafters (specli.drafters.heads) that read them."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
         eagle-state.npz  the feature drafter's likewise
 
 This module is the whole contract: the names above, the recipe as written (`recipe`)
-and read (`priors`, `held_out`, HeadsEntry), the optimiser states (`save_state`,
+and read (`priors`, `held_out_acceptance`, HeadsEntry), the optimiser states (`save_state`,
 `read_state`), and `record_round` for online learning's rounds.
 
 A head reads the target's hidden states: it serves only the file whose states it learnt
@@ -105,7 +105,7 @@ def recipe(target: dict[str, Any], how: dict[str, Any], data: dict[str, Any], he
             "bytes": heads.n_bytes}
 
 
-def held_out(recipe: dict[str, Any], drafter: str) -> dict[str, Any]:
+def held_out_acceptance(recipe: dict[str, Any], drafter: str) -> dict[str, Any]:
     """A drafter's ("medusa" or "eagle") held-out acceptance as the recipe keeps it
     (`alone`, `chain`, `coverage`, `rows`); empty lists where it has none."""
     got = recipe.get("held_out") if drafter == "medusa" else recipe.get("eagle", {}).get("held_out")
@@ -127,7 +127,7 @@ def priors(recipe: dict[str, Any], drafters: tuple[str, ...]) -> dict[str, Prior
     """Each drafter's Prior from the recipe (a ceiling of UNSEEN_PRIOR where it has none)."""
     out = {}
     for d in drafters:
-        chain = [float(c) for c in held_out(recipe, d).get("chain") or []] or [UNSEEN_PRIOR]
+        chain = [float(c) for c in held_out_acceptance(recipe, d).get("chain") or []] or [UNSEEN_PRIOR]
         ceiling = tuple(c / before if before > 0 else 0.0 for c, before in zip(chain, [1.0, *chain]))
         out[d] = Prior(min(UNSEEN_PRIOR, ceiling[0]), ceiling)
     return out
