@@ -500,28 +500,42 @@ class _ChainStub:
 
 
 class _Hidden:
+    reads = 0  # hidden states asked for
+    resting = False  # told it may decode without hidden states
+
     def hidden_at(self, pos: int):  # type: ignore[no-untyped-def]
         import numpy as np
 
+        self.reads += 1
         return np.zeros(4, np.float32)
 
+    def rest_features(self, rest: bool) -> None:
+        self.resting = rest
 
-def _heads_probes(verify: list[float], ceiling: tuple[float, ...], steps: int = 400) -> int:
+
+def _heads_probes(verify: list[float], ceiling: tuple[float, ...], steps: int = 400,
+                  hidden: _Hidden | None = None, cheaper: list[float] | None = None) -> int:
     """Steps in which auto drafted with Medusa heads whose estimate starts at 0.3 and whose
-    held-out ceiling is `ceiling`; every drafted token is rejected."""
+    held-out ceiling is `ceiling`; every drafted token is rejected. `cheaper`: the batch
+    costs from the middle of the run on (a machine that got less busy)."""
     from specli.drafters.auto import AutoDrafter
     from specli.drafters.heads import MedusaDrafter
 
-    costs = CostModel.from_measured(verify, 0.0)
-    costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
-    costs.observe_heads = lambda *a: None  # type: ignore[method-assign]
-    costs.heads_ratios["medusa"] = 0.05
-    heads = MedusaDrafter(_ChainStub(), _Hidden(), 8, prior=0.3, ceiling=ceiling)
-    auto = AutoDrafter(costs, None, None, explore_every=4, heads=[heads])
+    def fixed_costs(verify: list[float]) -> CostModel:
+        costs = CostModel.from_measured(verify, 0.0)
+        costs.observe_verify = lambda *a: None  # type: ignore[method-assign]
+        costs.observe_heads = lambda *a: None  # type: ignore[method-assign]
+        costs.heads_ratios["medusa"] = 0.05
+        return costs
+
+    heads = MedusaDrafter(_ChainStub(), hidden or _Hidden(), 8, prior=0.3, ceiling=ceiling)
+    auto = AutoDrafter(fixed_costs(verify), None, None, explore_every=4, heads=[heads])
     history = [9, 9]
     auto.begin(history)
     drafted = 0
-    for _ in range(steps):
+    for step in range(steps):
+        if cheaper is not None and step == steps // 2:
+            auto._costs = fixed_costs(cheaper)  # noqa: SLF001 - the machine's costs, changed under it
         d = auto.propose(history, 3)
         drafted += bool(d.tokens)
         history.append(9)
@@ -538,3 +552,20 @@ def test_learned_drafters_are_probed_only_where_their_ceiling_could_pay() -> Non
     assert _heads_probes(q4, (0.95, 0.95, 0.95)) > 0  # a ceiling that pays: probed
     assert _heads_probes(f16, (0.44, 0.6, 0.7)) > 0  # cheap batches: the same heads are worth a probe
     assert AcceptanceStats.fixed([0.5, 0.8]).rates(3) == pytest.approx([0.5, 0.8, 0.8])
+
+
+def test_learned_drafters_that_cannot_pay_cost_a_step_nothing() -> None:
+    """Where no learned drafter could pay, auto with heads does what auto without them does:
+    it does not even read the hidden state a step. When the batches get cheaper, it
+    weighs them again within a recheck."""
+    from specli.drafters.auto.drafter import HEADS_RECHECK
+
+    q4, f16 = [1.0, 1.42, 2.05, 2.23], [1.0, 1.08, 1.15, 1.25]
+    idle = _Hidden()
+    assert _heads_probes(q4, (0.44, 0.6, 0.7), hidden=idle) == 0 and idle.reads == 0 and idle.resting
+    weighed = _Hidden()
+    assert _heads_probes(f16, (0.44, 0.6, 0.7), hidden=weighed) > 0 and weighed.reads >= 400 - HEADS_RECHECK
+    assert not weighed.resting
+    later = _Hidden()
+    assert _heads_probes(q4, (0.44, 0.6, 0.7), hidden=later, cheaper=f16) > 0
+    assert 0 < later.reads <= 200 and not later.resting

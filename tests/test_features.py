@@ -92,3 +92,32 @@ def test_several_sequences_rows_with_features_on() -> None:
         assert m.hidden().shape == (len(a) + len(b), m.n_embd)
     finally:
         m.close()
+
+
+def test_features_rest_while_every_sequence_rests_and_logits_stay_the_same() -> None:
+    """auto's heads that cannot pay let the target decode without hidden states: while
+    every sequence rests none are computed (hidden_at None, rows as with features off);
+    one sequence awake, or a reader holding every row (online training), keeps them."""
+    from specli.backend import LoadOptions, Model
+
+    m = Model(model_file(SMOL), LoadOptions(n_ctx=512, n_seq=2))
+    try:
+        a = m.tokenize("The quick brown fox jumps over the lazy dog")
+        want = m.decode(a, range(len(a))).copy()
+        m.reset()
+        m.set_features(True)
+        m.rest_features(True, 0)
+        assert m.features_now  # sequence 1 has not said it rests
+        m.rest_features(True, 1)
+        assert not m.features_now
+        got = m.decode(a, range(len(a)))
+        assert np.array_equal(want, got) and m.hidden_at(len(a) - 1) is None
+        m.rest_features(False, 0)  # woken: the next decode has them again
+        m.rollback(len(a) - 3)
+        got = m.decode(a[-3:], [0, 2])
+        assert np.array_equal(got, want[[-3, -1]]) and m.hidden_at(len(a) - 1) is not None
+        m.rest_features(True, 0)
+        m.hold_features()
+        assert m.features_now
+    finally:
+        m.close()

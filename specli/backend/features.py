@@ -35,8 +35,11 @@ class ModelFeatures:
     _lock: threading.RLock
     _model: Any
     n_vocab: int
+    n_seq: int
     features: bool = False  # hidden states beside the logits (set_features)
     _emb_on: bool = False  # llama.cpp's embeddings flag as last set
+    _resting: frozenset[int] = frozenset()  # sequences whose drafters read no hidden state now
+    _held: bool = False  # a reader of every row (online training): features never rest
     _hidden_rows: dict[int, tuple[int, np.ndarray]]  # seq -> (first position, its last decode's rows)
     _rows_view: Callable[[int], np.ndarray]  # Model's: the last decode's first n output rows
 
@@ -56,9 +59,25 @@ class ModelFeatures:
         if not on:
             self._embed_for(False)
 
+    def rest_features(self, rest: bool, seq: int = 0) -> None:
+        """Sequence `seq`'s learned drafters cannot pay at this machine's costs for now
+        (auto weighs them again now and then): while every sequence rests, decodes run
+        without hidden states, as with features off (about 2.5 % of a Q4_K_M step on the
+        2-core CPU, and greedy argmax back on the device), and hidden_at has none."""
+        self._resting = self._resting | {seq} if rest else self._resting - {seq}
+
+    def hold_features(self) -> None:
+        """Something reads every row's hidden state (serve --heads-learn): no rest."""
+        self._held = True
+
+    @property
+    def features_now(self) -> bool:
+        """Whether the next decode that asks rows computes hidden states."""
+        return self.features and (self._held or len(self._resting) < self.n_seq)
+
     def _embed_for(self, rows_asked: bool) -> None:
         """llama.cpp's embeddings flag for the next decode: on with features where it asks rows."""
-        on = self.features and rows_asked
+        on = self.features_now and rows_asked
         if on != self._emb_on:
             with self._lock:
                 llama_cpp.llama_set_embeddings(self._ctx, on)
@@ -98,7 +117,7 @@ class ModelFeatures:
     def _read_rows(self, rows: Sequence[int], n: int) -> np.ndarray:
         """The last decode's logits for `rows` of its `n` tokens: with features on every
         row is an output, and the rows are picked out of all n."""
-        if not self.features:
+        if not self._emb_on:
             return self._rows_view(len(rows))
         view = self._rows_view(n)
         if isinstance(rows, range):

@@ -179,7 +179,7 @@ class Model(ModelText, ModelFeatures):
         argmax (lowest index on ties, as numpy's), computed in llama.cpp's graph where
         `device_argmax` (the rows are not read), else from the rows."""
         n = len(tokens)
-        if self._sampler is None or n > self.n_batch or self.features:  # features: read the rows
+        if self._sampler is None or n > self.n_batch or self.features_now:  # features: read the rows
             rows = self.decode(tokens, range(n))
             return lambda i: int(rows[i].argmax())
         self._check_part(0, n, range(n))

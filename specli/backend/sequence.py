@@ -146,6 +146,9 @@ class SeqModel:
         """This slot's hidden state at `pos` (Model.hidden_at)."""
         return self.model.hidden_at(pos, self.seq)
 
+    def rest_features(self, rest: bool) -> None:
+        self.model.rest_features(rest, self.seq)
+
     def rollback(self, n_keep: int) -> None:
         self.model.rollback(n_keep, self.seq)
 

@@ -32,6 +32,8 @@ class Features(Protocol):
 
     def hidden_at(self, pos: int) -> np.ndarray | None: ...
 
+    def rest_features(self, rest: bool) -> None: ...
+
 
 class ChainHeads(Protocol):
     """Medusa heads as they draft (heads.weights.MedusaHeads)."""
@@ -76,10 +78,16 @@ class LearnedDrafter(Drafter):
         self.seconds = 0.0
         self.last_seconds = 0.0  # ...by the last proposal
         self.missed = 0  # proposals without a hidden state to draft from
+        target.rest_features(False)  # an auto before it on this sequence may have let them rest
 
     def _hidden(self, history: Sequence[int]) -> np.ndarray | None:
         """The row that predicted history[-1]: it sits at the position before it."""
         return self.target.hidden_at(len(history) - 2) if len(history) >= 2 else None
+
+    def rest(self, rest: bool) -> None:
+        """The drafter cannot pay for now: the target may decode without hidden states
+        (ready is False from the next decode on, until it is woken)."""
+        self.target.rest_features(rest)
 
     def ready(self, history: Sequence[int]) -> bool:
         """Whether a chain can start after `history` (its last row's hidden state is at hand)."""

@@ -176,6 +176,7 @@ class Runtime:
             raise UsageError(f"--heads-learn goes on training heads, and none were trained for {s.target}",
                              f"train them first: specli heads train --target {s.target}")
         heads = self._loaded_heads(s)
+        self.target.hold_features()  # every verified row is a training row
         return OnlineHeads(heads, heads_folder(self.target.path, s.heads), self.target.n_vocab, every, on_round,
                            on_error=on_error)
 

@@ -33,6 +33,9 @@ PROBE_MIN_RATE = 0.7
 # waited for by every slot in the batch (on the 2-core machine a 79-row batch, two edits'
 # drafts, took 2.97 s, while each other slot got one token), so the rounds stay short.
 SHARED_DRAFT_MAX = 16
+# Which learned drafters could pay at all is asked again after this many steps (costs move
+# slowly); the others cost a step nothing, not even a look at the hidden state.
+HEADS_RECHECK = 32
 LEARNED_FADE = 0.5  # weight of what earlier generations learned: new text is followed sooner
 Match = tuple[int, bool]  # a lookup's match length, and whether every earlier occurrence agreed
 
@@ -94,6 +97,8 @@ class AutoDrafter(Drafter):
         # steps between probes of a drafter not chosen; doubles while probes fail, up to a cap
         self._interval = dict.fromkeys(self._since_tried, min(FIRST_PROBE, explore_every))
         self._probing: str | None = None
+        self._heads_live: list[str] = []  # learned drafters weighed until the next recheck
+        self._heads_recheck = 0  # steps until it
         self._used: tuple[str, int] | None = None
         self._match: dict[str, Match] = {"ngram": (0, True), "suffix": (0, True)}  # behind the last lookup
         self._run = {"ngram": 0, "suffix": 0}  # a lookup's drafted tokens accepted since its last rejection
@@ -160,9 +165,9 @@ class AutoDrafter(Drafter):
         if self.draft is not None:
             available["draft"] = k
             pending = self.draft.lag(history)
-        for name, h in self.heads.items():
-            if h.ready(history):
-                available[name] = min(k, h.n_heads)
+        for name in self._heads_in_play():
+            if self.heads[name].ready(history):
+                available[name] = min(k, self.heads[name].n_heads)
         choice = choose(self.costs, stats, available, pending)
         if choice.drafter != "none" and self.costs.plain_step_due:
             available = {}  # a plain step now and then keeps t1, and with it every price, honest
@@ -285,6 +290,24 @@ class AutoDrafter(Drafter):
         accepted over 40 % of the time, and more with the heads' own time."""
         hopeful = {name: AcceptanceStats.fixed(self.heads[name].ceiling)}
         return choose(self.costs, hopeful, {name: n}).speed > choice.speed
+
+    def _heads_in_play(self) -> list[str]:
+        """The learned drafters weighed this step: those that could beat plain decoding at
+        the current costs if the text went as well as their ceiling, or as well as they
+        have been measured to do. Where none could (a Q4_K_M target on the 2-core CPU),
+        auto with heads does what auto without them does, at the same cost a step: the
+        target decodes without hidden states (backend.features rest_features)."""
+        if self._heads_recheck <= 0 and self.heads:
+            plain = choose(self.costs, {}, {})
+            live = [name for name, h in self.heads.items()
+                    if self._could_pay(name, h.n_heads, plain)
+                    or choose(self.costs, self.acceptance, {name: h.n_heads}).speed > plain.speed]
+            for name, h in self.heads.items():  # the target's hidden states: computed only where read
+                h.rest(name not in live)
+            self._heads_live = live
+            self._heads_recheck = HEADS_RECHECK
+        self._heads_recheck -= 1
+        return self._heads_live
 
     def _probe_loss(self) -> float:
         """What a failed one-token probe costs: a 2-token batch over a plain step, at most
