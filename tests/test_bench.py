@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from specli import bench, profiles
 from specli.bench import BenchOptions, Mode
 from specli.bench.suites import SUITE_NAMES, SUITES, Prompt, suite
+from specli.engine import verify_step
 from specli.engine.metrics import Counters
 from specli.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, ProfileError, Terminated, UsageError
 from specli.types import Draft, SamplingParams, Verdict
@@ -483,6 +484,33 @@ def test_multi_turn_conversation_reuses_the_cache() -> None:
     assert recs[1].counters.n_prompt_reused > recs[0].counters.n_prompt // 2  # turn 2 continues the conversation
     assert recs[1].counters.n_prompt > recs[0].counters.n_prompt + recs[0].counters.n_generated
     assert bench.finish_records(recs) == []
+
+
+def test_later_turns_follow_the_baselines_conversation() -> None:
+    """A mode whose first answer leaves the baseline's (here a verifier that spoils its
+    first drafted step) decodes its second turn on the baseline's conversation: the same
+    prompt, so that turn's lossless check compares one conversation, not two."""
+    spoiled = []
+
+    def spoil_once(draft: Draft, logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> Verdict:
+        k = len(draft.tokens)
+        v = verify_step(draft, logits, sampling, rng)
+        if k and not spoiled:
+            spoiled.append(k)
+            return Verdict(0, (int(logits[0].argmax()) + 1) % len(logits[0]))
+        return v
+
+    opts = _smol_opts(suite="chat", limit=1, max_tokens=8, modes="baseline,draft:k=2,draft_p_min=0", turns="all",
+                      warmup=False)
+    plan = bench.plan_bench(opts)
+    result = bench.BenchResult(plan)
+    bench.execute(plan, result, verifier=spoil_once)
+    recs = {(r.mode, r.turn): r for r in result.records}
+    bench.finish_records(result.records)
+    mode = "draft:k=2,draft_p_min=0"
+    assert spoiled and recs[(mode, 0)].lossless == "mismatch"
+    assert recs[(mode, 1)].counters.n_prompt == recs[("baseline", 1)].counters.n_prompt
+    assert recs[(mode, 1)].lossless == "match"
 
 
 def test_qwen_pair_on_builtin_prompts() -> None:

@@ -93,6 +93,15 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def followed_answer(own: str, baseline: str | None) -> str:
+    """The answer a later turn's conversation carries: at temperature 0 the baseline's,
+    so that every mode decodes the same conversation and each turn's lossless check
+    compares like with like. A mode whose answer left the baseline's at a near-tie
+    would otherwise go on in another conversation, and its later turns could only
+    "mismatch"; its cache keeps the common prefix and prefills the rest, as prefill."""
+    return own if baseline is None else baseline
+
+
 class _Runner:
     """Runs generations on loaded models; one instance per bench run."""
 
@@ -105,6 +114,7 @@ class _Runner:
         # each mode drafts from its own earlier outputs in this run, never from the user's
         # history store: cold at the start, so a second --repeat shows what history brings
         self.histories: dict[str, SuffixIndex] = {}
+        self.baseline_answers: dict[tuple[int, int, int], str] = {}  # greedy: (prompt, repeat, turn) -> text
 
     def reset(self) -> None:
         self.rt.target.reset()
@@ -143,6 +153,7 @@ class _Runner:
         self.reset()
         drafter = None if mode.peer else self.rt.drafter(s, self.histories.setdefault(mode.name, SuffixIndex()))
         history: list[Message] = []
+        greedy = s.temperature == 0
         for turn, user in enumerate(self.plan.turns_of(prompt)):
             before_turn(turn)
             tokens = self.rt.prompt_tokens(user, s, history)
@@ -156,7 +167,11 @@ class _Runner:
                 temperature=s.temperature,
                 verify="batch" if mode.peer else s.verify, margins=g.margins, contenders=g.contenders,
             ))
-            history += [{"role": "user", "content": user}, {"role": "assistant", "content": g.text}]
+            key = (index, repeat, turn)
+            if mode.is_baseline and greedy:
+                self.baseline_answers[key] = g.text
+            answer = followed_answer(g.text, self.baseline_answers.get(key) if greedy else None)
+            history += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
 
     def warm_history(self, update: Callable[..., None], on_done: Callable[[BenchRecord], None]) -> None:
         """Every warm prompt through every history-reading mode, by the measured path

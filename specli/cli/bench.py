@@ -57,7 +57,7 @@ def bench(
              "modes are not run.", min=1, show_default=False)] = None,
     limit: Annotated[int | None, typer.Option(help="At most N prompts per category.")] = None,
     categories: Annotated[str | None, typer.Option(help="Only these categories (comma-separated).")] = None,
-    turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache.")] = "first",
+    turns: Annotated[str, typer.Option(help="first, or all: later turns as a chat reusing the KV cache (at temperature 0 every mode goes on from the baseline's answers).")] = "first",
     warmup: Annotated[bool, typer.Option(help="One unrecorded warm-up generation first.")] = True,
     warm_history: Annotated[str | None, typer.Option(help=bench_module.WARM_HISTORY_HELP)] = None,
     recalibrate: RecalibrateOpt = False,
