@@ -93,15 +93,6 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
-def followed_answer(own: str, baseline: str | None) -> str:
-    """The answer a later turn's conversation carries: at temperature 0 the baseline's,
-    so that every mode decodes the same conversation and each turn's lossless check
-    compares like with like. A mode whose answer left the baseline's at a near-tie
-    would otherwise go on in another conversation, and its later turns could only
-    "mismatch"; its cache keeps the common prefix and prefills the rest, as prefill."""
-    return own if baseline is None else baseline
-
-
 class _Runner:
     """Runs generations on loaded models; one instance per bench run."""
 
@@ -167,10 +158,12 @@ class _Runner:
                 temperature=s.temperature,
                 verify="batch" if mode.peer else s.verify, margins=g.margins, contenders=g.contenders,
             ))
+            # greedy: every mode goes on from the baseline's answer, so each later turn's lossless
+            # check compares one conversation (a near-tie in turn 1 would otherwise part them for good)
             key = (index, repeat, turn)
             if mode.is_baseline and greedy:
                 self.baseline_answers[key] = g.text
-            answer = followed_answer(g.text, self.baseline_answers.get(key) if greedy else None)
+            answer = self.baseline_answers.get(key, g.text) if greedy else g.text
             history += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
 
     def warm_history(self, update: Callable[..., None], on_done: Callable[[BenchRecord], None]) -> None:
